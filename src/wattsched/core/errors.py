@@ -1,0 +1,37 @@
+"""Errors that the CLI turns into one readable line (never a traceback)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class WattschedError(Exception):
+    """Base class for errors a user can fix (bad input, unknown names, missing data)."""
+
+
+class InputError(WattschedError):
+    """A bad value in an input file, located by file, line and field."""
+
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+class UnknownNameError(WattschedError):
+    """An unknown policy, cluster, workload or dataset name; lists the valid ones."""
+
+    def __init__(self, kind: str, name: str, valid: Iterable[str]):
+        self.kind = kind
+        self.name = name
+        self.valid = sorted(valid)
+        super().__init__(f"unknown {kind} '{name}'; valid {kind}s: {', '.join(self.valid)}")
+
+
+class DataNotFoundError(WattschedError):
+    """A dataset file is not in the data directory or the download cache."""

@@ -1,0 +1,66 @@
+"""GPU catalog: memory, idle and max power, SM-clock and power-limit ranges.
+
+Values come from ``docs/energy-models.md`` §2 and the PWR constants (``fgd-pwr.md`` §7.1; Lettich et al.,
+CCGrid'25, Table II). Where the PWR code models a trace code as another GPU (Alibaba G2 -> A10, G3 -> A100) the
+entry says so in ``modelled_as`` and copies that GPU's power figures. Minimum SM clocks are the lowest supported
+application clocks (spec values, to re-check before publishing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UnknownNameError
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    memory_gib: float
+    idle_w: float
+    max_w: float
+    sm_clock_min_mhz: float
+    sm_clock_max_mhz: float
+    power_limit_min_w: float
+    power_limit_max_w: float
+    modelled_as: str | None = None
+    source: str = ""
+
+
+_PWR = "PWR constants (fgd-pwr.md §7.1)"
+_SPEC = "datasheet (energy-models.md §2)"
+
+GPU_CATALOG: dict[str, GpuModel] = {
+    g.name: g
+    for g in [
+        GpuModel("V100M16", 16, 30, 300, 135, 1530, 150, 300, "V100", _PWR),
+        GpuModel("V100M32", 32, 30, 300, 135, 1530, 150, 300, "V100", _PWR),
+        GpuModel("V100", 32, 30, 300, 135, 1530, 150, 300, None, _PWR),
+        GpuModel("V100-PCIE", 32, 30, 250, 135, 1380, 100, 250, None, _SPEC),
+        GpuModel("P100", 16, 25, 250, 544, 1329, 125, 250, None, _PWR),
+        GpuModel("T4", 16, 10, 70, 300, 1590, 60, 70, None, _PWR),
+        GpuModel("A10", 24, 30, 150, 210, 1695, 100, 150, None, _PWR),
+        GpuModel("G2", 24, 30, 150, 210, 1695, 100, 150, "A10", _PWR + "; Alibaba code G2 modelled as A10"),
+        GpuModel("A100", 80, 50, 400, 210, 1410, 100, 400, None, _PWR),
+        GpuModel("G3", 80, 50, 400, 210, 1410, 100, 400, "A100", _PWR + "; Alibaba code G3 modelled as A100"),
+        GpuModel("A100-PCIE", 80, 40, 300, 210, 1410, 150, 300, None, _SPEC + " (idle reconstructed)"),
+        GpuModel("H100", 80, 75, 700, 210, 1980, 200, 700, None, _SPEC),
+        GpuModel("H100-PCIE", 80, 55, 350, 210, 1755, 200, 350, None, _SPEC + " (idle reconstructed)"),
+        GpuModel("A40", 48, 30, 300, 210, 1740, 100, 300, None, _SPEC + " (idle reconstructed)"),
+        GpuModel("RTX6000", 24, 25, 260, 300, 1770, 100, 260, None, _SPEC),
+    ]
+}
+
+
+def gpu_model(name: str) -> GpuModel:
+    try:
+        return GPU_CATALOG[name]
+    except KeyError:
+        raise UnknownNameError("GPU model", name, GPU_CATALOG) from None
+
+
+def catalog_column(models: tuple[str, ...], attribute: str) -> np.ndarray:
+    """One catalog attribute for each model code of a cluster, as a float array indexed by code."""
+    return np.array([getattr(gpu_model(m), attribute) for m in models], dtype=np.float64)

@@ -1,0 +1,58 @@
+"""Cluster time series recorded at every event batch (a step function: values hold until the next row)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .observers import Observer
+from .temporal import Simulator
+
+
+class GrowableColumns:
+    """Append-only float columns backed by numpy arrays that double when full (cheap per-event appends)."""
+
+    def __init__(self, names: tuple[str, ...], capacity: int = 1024):
+        self.names = names
+        self._data = np.empty((len(names), capacity), dtype=np.float64)
+        self._n = 0
+
+    def append(self, *values: float) -> None:
+        if self._n == self._data.shape[1]:
+            self._data = np.concatenate([self._data, np.empty_like(self._data)], axis=1)
+        self._data[:, self._n] = values
+        self._n += 1
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame({name: self._data[i, : self._n] for i, name in enumerate(self.names)})
+
+
+class TimeSeriesRecorder(Observer):
+    """Records allocated GPUs, running jobs, queue length and busy nodes; integrates GPU allocation exactly."""
+
+    COLUMNS = ("time_s", "allocated_gpus", "running_jobs", "queue_length", "nodes_in_use")
+
+    def __init__(self) -> None:
+        self.series = GrowableColumns(self.COLUMNS)
+        self.allocated_gpu_seconds = 0.0
+        self.first_time = 0.0
+        self.last_time = 0.0
+
+    def on_start(self, sim: Simulator) -> None:
+        self.first_time = self.last_time = sim.now
+
+    def on_interval(self, sim: Simulator, t0: float, t1: float) -> None:
+        self.allocated_gpu_seconds += sim.state.allocated_milli / 1000.0 * (t1 - t0)
+        self.last_time = t1
+
+    def on_batch_end(self, sim: Simulator) -> None:
+        state = sim.state
+        self.series.append(
+            sim.now, state.allocated_milli / 1000.0, len(sim.running), sim.queue_length, state.nodes_busy
+        )
+
+    def frame(self) -> pd.DataFrame:
+        df = self.series.frame()
+        for col in ("running_jobs", "queue_length", "nodes_in_use"):
+            df[col] = df[col].astype(np.int64)
+        return df

@@ -1,0 +1,108 @@
+"""Per-workload precomputation shared by both engine modes: GPU-model masks, gang flags, never-fits checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.cluster import MILLI, ClusterSpec
+from ..core.jobs import JobTable, spec_masks
+from ..policies.base import JobRequest
+
+
+@dataclass
+class RequestBook:
+    """Builds :class:`JobRequest` objects and knows which jobs can never fit on this cluster."""
+
+    jobs: JobTable
+    spec: ClusterSpec
+    spec_id: np.ndarray  # [J]
+    node_mask_by_spec: np.ndarray  # bool [S, N]
+    gang: np.ndarray  # bool [J]
+    never_fits: np.ndarray  # bool [J]
+
+    @staticmethod
+    def build(jobs: JobTable, spec: ClusterSpec) -> RequestBook:
+        spec_id, allowed = spec_masks(jobs, spec)
+        has_gpu_node = spec.gpu_model_code >= 0
+        code = np.where(has_gpu_node, spec.gpu_model_code, 0)
+        node_mask = allowed[:, code] & has_gpu_node[None, :]  # [S, N]
+        # CPU-only jobs may run on any node, GPU or not.
+        cpu_only = jobs.num_gpu == 0
+        any_node = np.ones(spec.num_nodes, dtype=bool)
+        max_gpus_by_spec = np.array(
+            [int(spec.gpu_count[m].max()) if m.any() else 0 for m in node_mask], dtype=np.int64
+        )
+        gang = (~cpu_only) & (jobs.num_gpu > max_gpus_by_spec[spec_id])
+        never = np.zeros(len(jobs), dtype=bool)
+        # Evaluate the never-fits test once per distinct request class.
+        key = np.stack([spec_id, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli, jobs.memory_mib], axis=1)
+        classes, inverse = np.unique(key, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for c, (sid, ngpu, milli, cpu, mem) in enumerate(classes):
+            mask = any_node if ngpu == 0 else node_mask[sid]
+            is_gang = ngpu > 0 and ngpu > max_gpus_by_spec[sid]
+            fits = _can_ever_fit(spec, mask, int(ngpu), int(milli), int(cpu), int(mem), bool(is_gang))
+            never[inverse == c] = not fits
+        return RequestBook(jobs, spec, spec_id, node_mask, gang, never)
+
+    def request(self, j: int) -> JobRequest:
+        jobs = self.jobs
+        num_gpu = int(jobs.num_gpu[j])
+        return JobRequest(
+            index=j,
+            num_gpu=num_gpu,
+            gpu_milli=int(jobs.gpu_milli[j]),
+            cpu_milli=int(jobs.cpu_milli[j]),
+            memory_mib=int(jobs.memory_mib[j]),
+            node_mask=self.node_mask_by_spec[self.spec_id[j]]
+            if num_gpu > 0
+            else _all_true(self.spec.num_nodes),
+            gang=bool(self.gang[j]),
+        )
+
+    def signature(self, j: int) -> tuple[int, int, int, int, int, bool]:
+        """Request class used to skip jobs that dominate one that already failed (see Simulator.try_start)."""
+        jobs = self.jobs
+        return (
+            int(self.spec_id[j]) if jobs.num_gpu[j] > 0 else -1,
+            int(jobs.num_gpu[j]),
+            int(jobs.gpu_milli[j]),
+            int(jobs.cpu_milli[j]),
+            int(jobs.memory_mib[j]),
+            bool(self.gang[j]),
+        )
+
+
+_ALL_TRUE: dict[int, np.ndarray] = {}
+
+
+def _all_true(n: int) -> np.ndarray:
+    if n not in _ALL_TRUE:
+        arr = np.ones(n, dtype=bool)
+        arr.setflags(write=False)
+        _ALL_TRUE[n] = arr
+    return _ALL_TRUE[n]
+
+
+def _can_ever_fit(
+    spec: ClusterSpec, mask: np.ndarray, ngpu: int, milli: int, cpu: int, mem: int, gang: bool
+) -> bool:
+    """Whether the request fits on the empty cluster: on one node, or (gangs only) spread over several."""
+    cpu_ok = spec.cpu_milli >= cpu
+    mem_ok = spec.memory_mib >= mem
+    if ngpu == 0:
+        return bool((mask & cpu_ok & mem_ok).any())
+    need = ngpu if milli >= MILLI else 1
+    if bool((mask & cpu_ok & mem_ok & (spec.gpu_count >= need)).any()):
+        return True
+    if not gang or milli < MILLI:
+        return False
+    # Gang: GPUs each eligible node could host given proportional CPU and memory.
+    hostable = spec.gpu_count.astype(np.float64).copy()
+    if cpu > 0:
+        hostable = np.minimum(hostable, np.floor(spec.cpu_milli / (cpu / ngpu)))
+    if mem > 0:
+        hostable = np.minimum(hostable, np.floor(spec.memory_mib / (mem / ngpu)))
+    return float(hostable[mask].sum()) >= ngpu

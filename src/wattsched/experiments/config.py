@@ -1,0 +1,95 @@
+"""Typed run configuration. YAML files and CLI flags both end up here; unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..core.errors import InputError
+from ..workloads.synthetic import SyntheticConfig
+
+
+class SimulationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str = Field("synthetic", description="workload name (see `wattsched workloads`) or CSV path")
+    cluster: str = Field("default", description="cluster name (see `wattsched clusters`) or YAML path")
+    mode: Literal["temporal", "packing"] = "temporal"
+    queue: str = Field("fifo", description="queue policy")
+    placement: str = Field("best-fit", description="placement policy")
+    seed: int = 42
+    inflate: float = Field(
+        1.3, gt=0, description="packing mode: fill to this multiple of cluster GPU capacity"
+    )
+    shuffle: bool = Field(True, description="packing mode: seeded shuffle of the pod order")
+    max_jobs: int | None = Field(None, ge=1, description="keep only the first N jobs by submission time")
+    skip_invalid: bool = Field(False, description="skip malformed rows (counted in summary.json)")
+    data_dir: str | None = Field(
+        None, description="local dataset directory (else WATTSCHED_DATA or the cache)"
+    )
+    check_invariants: bool = Field(False, description="check resource invariants after every event (slow)")
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """1-based line of every mapping key in a YAML document, by key path."""
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                sub = (*path, str(key.value))
+                lines[sub] = key.start_mark.line + 1
+                walk(value, sub)
+
+    root = yaml.compose(text)
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, None, None, "config file not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(path, mark.line + 1 if mark else None, None, f"not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(path, 1, None, "expected a mapping of settings at the top level")
+    return data
+
+
+def resolve_config(file: str | Path | None, overrides: dict[str, Any]) -> SimulationConfig:
+    """Settings from `file` (if any) with `overrides` (CLI flags that were given) on top, validated."""
+    data: dict[str, Any] = load_config_file(file) if file else {}
+    merged = {**data}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    try:
+        return SimulationConfig.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(str(p) for p in err["loc"])
+        field = ".".join(loc)
+        line = None
+        source = str(file) if file else "command line"
+        if file:
+            lines = _key_lines(Path(file).read_text(encoding="utf-8"))
+            while loc and loc not in lines:
+                loc = loc[:-1]
+            line = lines.get(loc)
+            if not any(k == field.split(".")[0] for k in data):
+                source, line = "command line", None
+        raise InputError(source, line, field, err["msg"]) from None

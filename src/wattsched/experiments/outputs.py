@@ -1,0 +1,60 @@
+"""Run directory writer: resolved config, per-job table, time series and summary, each written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import yaml
+
+from ..core.atomic import write_json, write_text, write_with
+from ..core.cluster import ClusterSpec
+from ..policies.base import Placement
+
+
+def stats(values: np.ndarray) -> dict[str, float | None]:
+    """mean, p50, p95, p99 of a sample (None for an empty sample)."""
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+
+
+def placement_strings(placements: list[Placement | None], spec: ClusterSpec) -> list[str]:
+    """'node:gpu,gpu;node:gpu' per job ('' when not placed); CPU-only jobs show the node alone."""
+    names = spec.node_names.tolist()
+    out = []
+    for p in placements:
+        if p is None:
+            out.append("")
+            continue
+        out.append(";".join(f"{names[n]}:{','.join(map(str, g))}" if g else names[n] for n, g, _, _ in p))
+    return out
+
+
+def write_table(df: pd.DataFrame, stem: Path) -> None:
+    """`stem`.parquet and `stem`.csv, each atomically."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    write_with(stem.with_suffix(".parquet"), lambda p: pq.write_table(table, p))
+    write_with(stem.with_suffix(".csv"), lambda p: pacsv.write_csv(table, p))
+
+
+def write_run_dir(
+    out: Path,
+    config: dict[str, Any],
+    jobs: pd.DataFrame,
+    series: pd.DataFrame,
+    summary: dict[str, Any],
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "config.resolved.yaml", yaml.safe_dump(config, sort_keys=False))
+    write_table(jobs, out / "jobs")
+    write_table(series, out / "timeseries")
+    write_json(out / "summary.json", summary)
+    return out

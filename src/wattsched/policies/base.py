@@ -1,0 +1,213 @@
+"""The policy contract shared by the simulator and every live backend.
+
+A scheduling decision has two stages (Blox-style), each a plug-in registered by name:
+
+* a **queue policy** orders pending jobs and decides which ones may start now (admission, ordering, backfill);
+* a **placement policy** filters and scores every node at once and picks GPUs inside the chosen node.
+
+Policies never do I/O and never own the cluster state: they read a :class:`ClusterState` (arrays over nodes) and
+return placements. The backend applies them: the simulator to its own state, a live backend to the cluster
+manager. :func:`run_pass` is the one entry point both call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from ..core.cluster import MILLI, ClusterSpec, ClusterState
+from ..core.jobs import JobTable
+from .registry import Registry
+
+# One node's share of a placement: (node index, GPU slot indices, milli-CPU, MiB memory).
+NodeAlloc = tuple[int, tuple[int, ...], int, int]
+Placement = tuple[NodeAlloc, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What one job asks for, as a placement policy sees it."""
+
+    index: int
+    num_gpu: int
+    gpu_milli: int  # per GPU; 1000 whole, <1000 shared pod on one GPU, 0 CPU-only
+    cpu_milli: int
+    memory_mib: int
+    node_mask: np.ndarray  # bool [N]: nodes whose GPU model the job accepts
+    gang: bool  # needs more GPUs than any single eligible node has: spread over several nodes
+
+    @property
+    def is_share(self) -> bool:
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+
+def feasible_nodes(state: ClusterState, req: JobRequest) -> np.ndarray:
+    """The shared filter (fgd-pwr.md §1.3): CPU, memory, GPU model, and a GPU slot that fits. Bool [N]."""
+    mask = (
+        req.node_mask
+        & state.available
+        & (state.cpu_left >= req.cpu_milli)
+        & (state.mem_left >= req.memory_mib)
+    )
+    if req.num_gpu == 0:
+        return mask
+    if req.gpu_milli >= MILLI:
+        return mask & (state.free_gpus >= req.num_gpu)
+    return mask & (state.max_gpu_left >= req.gpu_milli)
+
+
+def gpus_best(row: np.ndarray, num_gpu: int, milli: int) -> tuple[int, ...]:
+    """`best` GPU choice: a share pod takes the fitting GPU with least milli left (first index on ties);
+    whole-GPU pods take the lowest-index fully free GPUs."""
+    if num_gpu == 0:
+        return ()
+    if milli >= MILLI:
+        return tuple(int(i) for i in np.flatnonzero(row == MILLI)[:num_gpu])
+    fitting = np.where(row >= milli, row, MILLI + 1)
+    return (int(np.argmin(fitting)),)
+
+
+class PlacementPolicy(ABC):
+    """Scores all feasible nodes in a few array operations; highest score wins.
+
+    Ties go to the node with the smallest rank in a seeded random node order, as in the FGD simulator, where nodes
+    are renamed with a seeded permutation prefix and the patched kube-scheduler picks the smallest name
+    (fgd-pwr.md §3). If exactly one node passes the filter it is chosen without scoring.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    reconstructed: ClassVar[bool] = False
+    basis: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self.rank: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.rng: np.random.Generator = np.random.default_rng(0)
+        self._rank_weight = 1
+
+    def bind(self, spec: ClusterSpec, rng: np.random.Generator, rank: np.ndarray | None = None) -> None:
+        """Attach to a cluster before the first decision: the tie-break order and the policy's random stream."""
+        self.rng = rng
+        self.rank = (
+            rng.permutation(spec.num_nodes).astype(np.int64) if rank is None else rank.astype(np.int64)
+        )
+        self._rank_weight = spec.num_nodes + 1
+
+    @abstractmethod
+    def score(self, state: ClusterState, req: JobRequest, nodes: np.ndarray) -> np.ndarray:
+        """Integer scores for the candidate `nodes` (index array); higher is better."""
+
+    def choose_gpus(self, state: ClusterState, req: JobRequest, node: int) -> tuple[int, ...]:
+        return gpus_best(state.gpu_left[node], req.num_gpu, req.gpu_milli)
+
+    def pick(self, scores: np.ndarray, nodes: np.ndarray) -> int:
+        """Highest score; ties to the smallest rank."""
+        key = scores.astype(np.int64) * self._rank_weight - self.rank[nodes]
+        return int(nodes[int(np.argmax(key))])
+
+    def place(self, state: ClusterState, req: JobRequest) -> Placement | None:
+        if req.gang:
+            return self.place_gang(state, req)
+        nodes = np.flatnonzero(feasible_nodes(state, req))
+        if nodes.size == 0:
+            return None
+        node = int(nodes[0]) if nodes.size == 1 else self.pick(self.score(state, req, nodes), nodes)
+        return ((node, self.choose_gpus(state, req, node), req.cpu_milli, req.memory_mib),)
+
+    def place_gang(self, state: ClusterState, req: JobRequest) -> Placement | None:
+        """All-or-nothing placement of a job larger than any node: whole GPUs on as few nodes as possible.
+
+        Nodes are taken in order of most free GPUs (ties by rank); each gets CPU and memory in proportion to the
+        GPUs it hosts. Returns None unless every GPU can be placed now.
+        """
+        per_gpu_cpu = req.cpu_milli / req.num_gpu
+        per_gpu_mem = req.memory_mib / req.num_gpu
+        mask = req.node_mask & state.available & (state.free_gpus > 0)
+        nodes = np.flatnonzero(mask)
+        if nodes.size == 0:
+            return None
+        # GPUs each node can host given its CPU and memory left.
+        usable = state.free_gpus[nodes].copy()
+        if per_gpu_cpu > 0:
+            usable = np.minimum(usable, (state.cpu_left[nodes] // per_gpu_cpu).astype(np.int64))
+        if per_gpu_mem > 0:
+            usable = np.minimum(usable, (state.mem_left[nodes] // per_gpu_mem).astype(np.int64))
+        if int(usable.sum()) < req.num_gpu:
+            return None
+        order = np.lexsort((self.rank[nodes], -usable))
+        allocs: list[NodeAlloc] = []
+        remaining = req.num_gpu
+        cpu_left, mem_left = req.cpu_milli, req.memory_mib
+        for k in order:
+            take = int(min(usable[k], remaining))
+            if take <= 0:
+                break
+            node = int(nodes[k])
+            remaining -= take
+            # The last node takes the rounding remainder so totals match the request exactly.
+            cpu = cpu_left if remaining == 0 else int(per_gpu_cpu * take)
+            mem = mem_left if remaining == 0 else int(per_gpu_mem * take)
+            cpu_left -= cpu
+            mem_left -= mem
+            gpus = gpus_best(state.gpu_left[node], take, MILLI)
+            allocs.append((node, gpus, cpu, mem))
+            if remaining == 0:
+                return tuple(allocs)
+        return None
+
+
+class PassContext(Protocol):
+    """What a queue policy sees during one scheduling pass (implemented by the simulator and live backends)."""
+
+    now: float
+    jobs: JobTable
+
+    def pending(self) -> Iterable[int]:
+        """Pending job indices in the queue policy's priority order (a snapshot)."""
+
+    def try_start(self, job: int) -> bool:
+        """Place and start `job` now if the placement policy finds room; True on success."""
+
+    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
+        """(expected end time, GPUs held) of running jobs, for reservation-based backfill."""
+
+    def free_gpus_total(self) -> int: ...
+
+
+class QueuePolicy(ABC):
+    """Orders the queue and decides which jobs may start; placement is delegated through ``ctx.try_start``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    reconstructed: ClassVar[bool] = False
+    basis: ClassVar[str] = ""
+    needs_durations: ClassVar[bool] = False
+
+    @abstractmethod
+    def priority(self, jobs: JobTable) -> np.ndarray:
+        """Sort key per job (lower runs first); computed once per workload."""
+
+    @abstractmethod
+    def run_pass(self, ctx: PassContext) -> None:
+        """Start what may start now."""
+
+    def admit(self, jobs: JobTable, job: int) -> bool:
+        """Admission control; every job is admitted by default."""
+        return True
+
+
+QUEUE_POLICIES: Registry[QueuePolicy] = Registry("queue policy")
+PLACEMENT_POLICIES: Registry[PlacementPolicy] = Registry("placement policy")
+
+
+def run_pass(queue: QueuePolicy, ctx: PassContext) -> None:
+    """One scheduling pass: the single call shared by the simulator and live backends."""
+    queue.run_pass(ctx)

@@ -1,0 +1,90 @@
+"""Named workloads (real traces found through the dataset registry) and generic CSV paths.
+
+``load_workload(name)`` maps a short name to a dataset file and its reader. Missing files raise the
+``DataNotFoundError`` from :func:`wattsched.data.registry.locate`, which says how to fetch them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import UnknownNameError
+from ..data.registry import locate
+from .traces import (
+    read_alibaba_pods,
+    read_gavel,
+    read_generic_csv,
+    read_hyperdrive,
+    read_philly,
+    read_tiresias,
+)
+from .validate import LoadedWorkload
+
+ALIBABA_LISTS = (
+    "default", "cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
+    "gpushare20", "gpushare40", "gpushare60", "gpushare80", "gpushare100",
+    "gpuspec05", "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33",
+    "multigpu20", "multigpu30", "multigpu40", "multigpu50",
+)  # fmt: skip
+GAVEL_MSR_VCS = (
+    "0e4a51", "103959", "11cb48", "23dbec", "2869ce", "51b7ef", "6214e9", "6c71a0", "795a4c", "7f04ca",
+    "925e2b", "b436b2", "e13805", "ed69ec", "ee9e8c",
+)  # fmt: skip
+GAVEL_PHYSICAL = (
+    "artifact_evaluation", "debug", "debug_v2", "highmem_test", "max_min_fairness", "medium_test",
+    "minimize_makespan", "small_test",
+)  # fmt: skip
+GAVEL_THROUGHPUTS = "simulation_throughputs.json"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    dataset: str
+    relpath: str
+    reader: Callable[..., LoadedWorkload]
+    gavel: bool = False
+
+
+def _entries() -> dict[str, _Entry]:
+    out: dict[str, _Entry] = {"philly": _Entry("philly-pollux", "philly.csv", read_philly)}
+    for lst in ALIBABA_LISTS:
+        out[f"alibaba-v2023/{lst}"] = _Entry(
+            "alibaba-gpu-v2023", f"csv/openb_pod_list_{lst}.csv", read_alibaba_pods
+        )
+    out["tiresias/60_job"] = _Entry("tiresias-traces", "60_job.csv", read_tiresias)
+    out["tiresias/480_job_trace"] = _Entry("tiresias-traces", "480_job_trace.csv", read_tiresias)
+    out["tiresias/hyperdrive"] = _Entry("tiresias-traces", "philly_hyperdrive_workload.csv", read_hyperdrive)
+    for vc in GAVEL_MSR_VCS:
+        out[f"gavel/msr/{vc}"] = _Entry("gavel-traces", f"msr/seed=0/{vc}.trace", read_gavel, gavel=True)
+    for name in GAVEL_PHYSICAL:
+        out[f"gavel/physical/{name}"] = _Entry(
+            "gavel-traces", f"physical_cluster/{name}.trace", read_gavel, True
+        )
+    return out
+
+
+_CATALOG = _entries()
+
+
+def workload_names() -> list[str]:
+    """Every named trace ``load_workload`` knows (a path to a generic ``.csv`` works too)."""
+    return list(_CATALOG)
+
+
+def load_workload(
+    name: str, data_dir: str | Path | None = None, skip_invalid: bool = False
+) -> LoadedWorkload:
+    name = str(name).strip()
+    entry = _CATALOG.get(name)
+    if entry is None:
+        if name.lower().endswith(".csv") or Path(name).is_file():
+            return read_generic_csv(name, skip_invalid=skip_invalid)
+        raise UnknownNameError("workload", name, [*workload_names(), "PATH.csv"])
+    path = locate(entry.dataset, entry.relpath, data_dir)
+    if entry.gavel:
+        throughputs = locate(entry.dataset, GAVEL_THROUGHPUTS, data_dir)
+        user = name.rsplit("/", 1)[1] if name.startswith("gavel/msr/") else None
+        return read_gavel(path, throughputs, skip_invalid=skip_invalid, source=name, user=user)
+    return entry.reader(path, skip_invalid=skip_invalid, source=name)

@@ -1,0 +1,514 @@
+"""Readers for job traces: Alibaba GPU v2023 pod lists, Philly (Pollux copy), Tiresias/HyperDrive, Gavel,
+and the generic wattsched CSV schema (``docs/data-formats.md``).
+
+Every reader returns a :class:`LoadedWorkload` whose submit times are re-based so that the earliest submission
+is 0 s, whose ``source_line`` holds the 1-based file line of each job (header = line 1), and whose ``notes``
+list the assumptions made. All parsing is vectorised with pandas/numpy.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.cluster import MILLI
+from ..core.errors import InputError
+from ..core.jobs import JobTable
+from .validate import (
+    LoadedWorkload,
+    RowValidator,
+    check_gpu_request,
+    check_non_negative,
+    check_times,
+    is_missing,
+    normalise_gpu_spec,
+    parse_job_class,
+)
+
+PHILLY_CPU_MILLI_PER_GPU = 8000
+PHILLY_MEMORY_MIB_PER_GPU = 65536
+PHILLY_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+GAVEL_MSR_FIELDS = (
+    "job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps", "arrival_time", "scale_factor",
+)  # fmt: skip
+GAVEL_PHYSICAL_FIELDS = (
+    "job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
+    "scale_factor", "priority_weight", "SLO", "arrival_time",
+)  # fmt: skip
+
+GENERIC_REQUIRED = ("job_id", "submit_time", "duration", "num_gpu")
+GENERIC_OPTIONAL = (
+    "gpu_milli", "cpu_milli", "memory_mib", "gpu_model", "job_class", "model_name", "deadline", "user",
+)  # fmt: skip
+
+
+# -- shared helpers ------------------------------------------------------------------------------------------
+
+
+def read_table(
+    path: str | Path,
+    *,
+    sep: str = ",",
+    names: tuple[str, ...] | None = None,
+    skipinitialspace: bool = False,
+    quoting: int = csv.QUOTE_MINIMAL,
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Read a delimited file as text columns; return the frame and each row's 1-based file line.
+
+    With ``names`` the file has no header (first data row = line 1). Blank rows are dropped; line numbers
+    assume that no quoted field spans several lines.
+    """
+    path = Path(path)
+    try:
+        df = pd.read_csv(
+            path,
+            sep=sep,
+            header=None if names else 0,
+            dtype=str,
+            keep_default_na=False,
+            skip_blank_lines=False,
+            skipinitialspace=skipinitialspace,
+            quoting=quoting,
+            engine="c",
+        )
+    except FileNotFoundError:
+        raise InputError(path, None, None, "file not found") from None
+    except pd.errors.EmptyDataError:
+        raise InputError(path, 1, None, "file is empty") from None
+    except pd.errors.ParserError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise InputError(path, int(m.group(1)) if m else None, None, f"malformed row: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, None, f"not UTF-8 text: {exc}") from None
+    first = 1 if names else 2
+    lines = np.arange(first, first + len(df), dtype=np.int64)
+    if names:
+        if df.shape[1] != len(names):
+            raise InputError(
+                path, 1, None, f"expected {len(names)} fields separated by {sep!r}, found {df.shape[1]}"
+            )
+        df.columns = list(names)
+    else:
+        df.columns = [str(c).strip() for c in df.columns]
+    blank = np.ones(len(df), dtype=bool)
+    for col in df.columns:
+        blank &= is_missing(df[col])
+    if blank.any():
+        df = df.loc[~blank].reset_index(drop=True)
+        lines = lines[~blank]
+    return df, lines
+
+
+def require_columns(df: pd.DataFrame, path: str | Path, columns) -> None:
+    for col in columns:
+        if col not in df.columns:
+            found = ", ".join(df.columns)
+            raise InputError(path, 1, col, f"missing required column (found: {found})")
+
+
+def _text(col) -> np.ndarray:
+    return pd.Series(col, copy=False).astype(str).str.strip().to_numpy(dtype=object)
+
+
+def _rebase(submit: np.ndarray) -> tuple[np.ndarray, float]:
+    """Shift submit times so the earliest finite one is 0; returns the shifted times and the offset."""
+    finite = np.isfinite(submit)
+    if not finite.any():
+        return submit, np.nan
+    origin = float(submit[finite].min())
+    return submit - origin, origin
+
+
+def _iso_utc(epoch_s: float) -> str | None:
+    if not np.isfinite(epoch_s):
+        return None
+    return pd.Timestamp(epoch_s, unit="s", tz="UTC").isoformat()
+
+
+def _finish(
+    v: RowValidator,
+    skip_invalid: bool,
+    path: Path,
+    source: str,
+    notes: list[str],
+    *,
+    epoch_times: bool = False,
+    **cols,
+) -> LoadedWorkload:
+    """Drop (or raise for) bad rows, cast the kept columns, re-base submit times and wrap it all up."""
+    keep, skipped, examples = v.finish(skip_invalid)
+    idx = np.flatnonzero(keep)
+    kept = {k: (None if c is None else np.asarray(c)[idx]) for k, c in cols.items()}
+    submit, origin = _rebase(np.asarray(kept.pop("submit_s"), dtype=np.float64))
+    if skipped:
+        notes.append(f"{skipped} invalid row(s) skipped")
+    if np.isfinite(origin) and origin != 0:
+        unit = "timestamp" if epoch_times else "submit time"
+        notes.append(f"submit times re-based: the earliest {unit} is 0 s")
+    for name in ("num_gpu", "gpu_milli", "cpu_milli", "memory_mib"):
+        if kept.get(name) is not None:
+            kept[name] = np.asarray(kept[name], dtype=np.float64).astype(np.int64)
+    jobs = JobTable.build(submit_s=submit, source_line=v.lines[idx], source=source, notes=notes, **kept)
+    has_times = bool(
+        len(jobs) == 0 or (np.isfinite(jobs.submit_s).all() and np.isfinite(jobs.duration_s).all())
+    )
+    return LoadedWorkload(
+        jobs=jobs,
+        invalid_skipped=skipped,
+        invalid_examples=examples,
+        path=str(path),
+        has_times=has_times,
+        time_origin_utc=_iso_utc(origin) if epoch_times else None,
+    )
+
+
+def _ids(prefix: str, lines: np.ndarray, first_data_line: int) -> np.ndarray:
+    """Stable ids from the data-row number (independent of skipped rows)."""
+    return (prefix + pd.Series(lines - first_data_line, copy=False).astype(str)).to_numpy(dtype=object)
+
+
+# -- Alibaba GPU v2023 ---------------------------------------------------------------------------------------
+
+
+def read_alibaba_pods(
+    path: str | Path, skip_invalid: bool = False, source: str | None = None
+) -> LoadedWorkload:
+    """``openb_pod_list_*.csv``: 11 columns, or the first 5 (no gpu_spec, no times) in the multigpu files."""
+    path = Path(path)
+    df, lines = read_table(path)
+    require_columns(df, path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
+    v = RowValidator(path, lines)
+    v.flag(is_missing(df["name"]), "name", "missing value")
+    cpu = v.number(df["cpu_milli"], "cpu_milli", integer=True)
+    mem = v.number(df["memory_mib"], "memory_mib", integer=True)
+    num = v.number(df["num_gpu"], "num_gpu", integer=True)
+    milli = v.number(df["gpu_milli"], "gpu_milli", integer=True)
+    check_non_negative(v, cpu, "cpu_milli")
+    check_non_negative(v, mem, "memory_mib")
+    check_gpu_request(v, num, milli, ("num_gpu", "gpu_milli"))
+    spec = normalise_gpu_spec(v, df["gpu_spec"], "gpu_spec") if "gpu_spec" in df else None
+    notes = [
+        "Alibaba GPU v2023 pod list: gpu_milli is the per-GPU share as given; "
+        "CPU-only pods have num_gpu 0 and gpu_milli 0",
+        "job_class is not in the trace: every pod is treated as training",
+    ]
+    ignored = [c for c in ("qos", "pod_phase") if c in df.columns]
+    if ignored:
+        notes.append(f"columns ignored: {', '.join(ignored)}")
+    time_cols = ("creation_time", "deletion_time", "scheduled_time")
+    n = len(df)
+    if all(c in df.columns for c in time_cols):
+        created = v.number(df["creation_time"], "creation_time", required=False)
+        deleted = v.number(df["deletion_time"], "deletion_time", required=False)
+        scheduled = v.number(df["scheduled_time"], "scheduled_time", required=False)
+        start = np.where(np.isnan(scheduled), created, scheduled)
+        duration = deleted - start
+        check_times(v, created, duration, ("creation_time", "deletion_time"), allow_nan=True)
+        notes.append(
+            "submit = creation_time; duration = deletion_time - scheduled_time (creation_time where "
+            f"scheduled_time is empty: {int(np.isnan(scheduled).sum())} pod(s)); "
+            "the time columns' semantics are unclear upstream"
+        )
+        no_time = int((np.isnan(created) | np.isnan(duration)).sum())
+        if no_time:
+            notes.append(f"{no_time} pod(s) without creation or deletion time have NaN submit/duration")
+        submit = created
+    else:
+        submit = np.full(n, np.nan)
+        duration = np.full(n, np.nan)
+        notes.append("no time columns in this file: submit and duration are NaN (packing mode only)")
+    return _finish(
+        v, skip_invalid, path, source or path.stem, notes,
+        job_id=_text(df["name"]), submit_s=submit, duration_s=duration, num_gpu=num, gpu_milli=milli,
+        cpu_milli=cpu, memory_mib=mem, gpu_spec=spec,
+    )  # fmt: skip
+
+
+# -- Philly (Pollux copy) ------------------------------------------------------------------------------------
+
+
+def read_philly(
+    path: str | Path,
+    skip_invalid: bool = False,
+    source: str | None = None,
+    cpu_milli_per_gpu: int = PHILLY_CPU_MILLI_PER_GPU,
+    memory_mib_per_gpu: int = PHILLY_MEMORY_MIB_PER_GPU,
+) -> LoadedWorkload:
+    """``philly-pollux/philly.csv``: timestamp, duration, num_gpus, gpu_time, cluster (rows not sorted)."""
+    path = Path(path)
+    df, lines = read_table(path)
+    require_columns(df, path, ("timestamp", "duration", "num_gpus", "cluster"))
+    v = RowValidator(path, lines)
+    ts = v.timestamp(df["timestamp"], "timestamp", fmt=PHILLY_TIME_FORMAT)
+    duration = v.number(df["duration"], "duration")
+    num = v.number(df["num_gpus"], "num_gpus", integer=True)
+    check_times(v, ts, duration, ("timestamp", "duration"))
+    milli = np.where(num > 0, MILLI, 0)
+    check_gpu_request(v, num, milli, ("num_gpus", "num_gpus"))
+    notes = [
+        "Philly timestamps have no stated time zone: assumed UTC",
+        f"CPU and memory are not in the trace: {cpu_milli_per_gpu} milli-CPU and {memory_mib_per_gpu} MiB "
+        "requested per GPU (assumption, matching the philly cluster's node shape)",
+        "user = Philly virtual cluster (cluster column); gpu_time ignored (= duration x num_gpus)",
+    ]
+    safe = np.nan_to_num(num)
+    return _finish(
+        v, skip_invalid, path, source or "philly", notes, epoch_times=True,
+        job_id=_ids("philly-", lines, 2), submit_s=ts, duration_s=duration, num_gpu=num, gpu_milli=milli,
+        cpu_milli=safe * cpu_milli_per_gpu, memory_mib=safe * memory_mib_per_gpu, user=_text(df["cluster"]),
+    )  # fmt: skip
+
+
+# -- Tiresias / mltiply --------------------------------------------------------------------------------------
+
+
+def read_tiresias(path: str | Path, skip_invalid: bool = False, source: str | None = None) -> LoadedWorkload:
+    """Tiresias format: job_id, num_gpu, submit_time, iterations, model_name, duration, interval (seconds)."""
+    path = Path(path)
+    df, lines = read_table(path)
+    require_columns(df, path, ("job_id", "num_gpu", "submit_time", "duration"))
+    v = RowValidator(path, lines)
+    v.flag(is_missing(df["job_id"]), "job_id", "missing value")
+    num = v.number(df["num_gpu"], "num_gpu", integer=True)
+    submit = v.number(df["submit_time"], "submit_time")
+    duration = v.number(df["duration"], "duration")
+    check_times(v, submit, duration, ("submit_time", "duration"))
+    milli = np.where(num > 0, MILLI, 0)
+    check_gpu_request(v, num, milli, ("num_gpu", "num_gpu"))
+    model = _text(df["model_name"]) if "model_name" in df else None
+    notes = ["Tiresias-format trace: no CPU/memory request (0); iterations and interval ignored"]
+    return _finish(
+        v, skip_invalid, path, source or path.stem, notes,
+        job_id=_text(df["job_id"]), submit_s=submit, duration_s=duration, num_gpu=num, gpu_milli=milli,
+        model_name=model,
+    )  # fmt: skip
+
+
+def read_hyperdrive(
+    path: str | Path, skip_invalid: bool = False, source: str | None = None
+) -> LoadedWorkload:
+    """``philly_hyperdrive_workload.csv``: experiment-id, job-id, start-time, run-time, num-gpus.
+
+    Values have a leading space after each comma.
+    """
+    path = Path(path)
+    df, lines = read_table(path, skipinitialspace=True)
+    require_columns(df, path, ("experiment-id", "job-id", "start-time", "run-time", "num-gpus"))
+    v = RowValidator(path, lines)
+    v.flag(is_missing(df["job-id"]), "job-id", "missing value")
+    ts = v.timestamp(df["start-time"], "start-time", fmt=PHILLY_TIME_FORMAT)
+    duration = v.number(df["run-time"], "run-time")
+    num = v.number(df["num-gpus"], "num-gpus", integer=True)
+    check_times(v, ts, duration, ("start-time", "run-time"))
+    milli = np.where(num > 0, MILLI, 0)
+    check_gpu_request(v, num, milli, ("num-gpus", "num-gpus"))
+    notes = [
+        "HyperDrive trace: submit = start-time (time zone not stated: assumed UTC); user = experiment-id",
+        "no CPU/memory request (0)",
+    ]
+    return _finish(
+        v, skip_invalid, path, source or path.stem, notes, epoch_times=True,
+        job_id=_text(df["job-id"]), submit_s=ts, duration_s=duration, num_gpu=num, gpu_milli=milli,
+        user=_text(df["experiment-id"]),
+    )  # fmt: skip
+
+
+# -- Gavel ---------------------------------------------------------------------------------------------------
+
+
+@cache
+def _throughput_tables(path: str, mtime_ns: int) -> dict[str, dict[str, dict[int, float]]]:
+    """worker type -> job type -> scale factor -> steps/s when running alone (key ``"null"``)."""
+    raw = json.loads(Path(path).read_text())
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for worker, table in raw.items():
+        per_type: dict[str, dict[int, float]] = {}
+        for key, entry in table.items():
+            job_type, scale = ast.literal_eval(key)  # keys look like "('ResNet-50 (batch size 64)', 1)"
+            if isinstance(entry, dict) and entry.get("null") is not None:
+                per_type.setdefault(job_type, {})[int(scale)] = float(entry["null"])
+        out[worker] = per_type
+    return out
+
+
+def gavel_throughputs(path: str | Path, worker_type: str = "v100") -> dict[str, dict[int, float]]:
+    path = Path(path)
+    try:
+        tables = _throughput_tables(str(path), path.stat().st_mtime_ns)
+    except FileNotFoundError:
+        raise InputError(path, None, None, "file not found") from None
+    except (ValueError, SyntaxError) as exc:
+        raise InputError(path, None, None, f"cannot read throughputs: {exc}") from None
+    if worker_type not in tables:
+        raise InputError(
+            path, None, None, f"no worker type '{worker_type}' (have: {', '.join(sorted(tables))})"
+        )
+    return tables[worker_type]
+
+
+def read_gavel(
+    path: str | Path,
+    throughputs_path: str | Path,
+    skip_invalid: bool = False,
+    source: str | None = None,
+    worker_type: str = "v100",
+    user: str | None = None,
+) -> LoadedWorkload:
+    """Gavel ``.trace`` (tab-separated, no header; 7-field msr or 10-field physical_cluster layout).
+
+    Duration = total_steps / steps-per-second of the job type at its scale factor on ``worker_type``, running
+    alone.
+    """
+    path = Path(path)
+    fields = _gavel_layout(path)
+    df, lines = read_table(path, sep="\t", names=fields, quoting=csv.QUOTE_NONE)
+    v = RowValidator(path, lines)
+    job_type = _text(df["job_type"])
+    v.flag(is_missing(df["job_type"]), "job_type", "missing value")
+    steps = v.number(df["total_steps"], "total_steps")
+    check_non_negative(v, steps, "total_steps")
+    arrival = v.number(df["arrival_time"], "arrival_time")
+    scale = v.number(df["scale_factor"], "scale_factor", integer=True)
+    v.flag(scale < 1, "scale_factor", "scale_factor must be at least 1, got {value}", scale)
+    table = gavel_throughputs(throughputs_path, worker_type)
+
+    # Throughput per distinct (job type, scale factor): a few dozen pairs, not one per row.
+    pairs = pd.DataFrame({"t": job_type, "s": np.nan_to_num(scale, nan=0).astype(np.int64)})
+    codes, uniq = pd.factorize(pd.MultiIndex.from_frame(pairs))
+    rate = np.full(len(uniq), np.nan)
+    extrapolated = np.zeros(len(uniq), dtype=bool)
+    for i, (jt, s) in enumerate(uniq):
+        measured = table.get(jt)
+        if not measured or s < 1:
+            continue
+        if s in measured:
+            rate[i] = measured[s]
+        else:
+            base = max(k for k in measured if k <= s)
+            rate[i] = measured[base] * s / base  # no measurement: assume ideal scaling from the nearest below
+            extrapolated[i] = True
+    row_rate = rate[codes]
+    v.flag(np.isnan(row_rate) & (scale >= 1) & ~is_missing(df["job_type"]), "job_type",
+           f"no measured throughput for job type {{value!r}} on {worker_type}", job_type)  # fmt: skip
+    duration = steps / row_rate
+    check_times(v, arrival, duration, ("arrival_time", "total_steps"), allow_nan=True)
+
+    notes = [
+        "Gavel traces are synthetic (Philly-VC-shaped arrivals; Gavel job types and step counts), "
+        "not raw Philly data",
+        f"duration = total_steps / measured steps/s of the job type at its scale factor on {worker_type}, "
+        f"running alone ({Path(throughputs_path).name})",
+        "num_gpu = scale_factor; model_name = job_type; no CPU/memory request (0)",
+    ]
+    n_extra = int(extrapolated[codes].sum())
+    if n_extra:
+        notes.append(
+            f"{n_extra} job(s) have a scale factor without a measured throughput: extrapolated linearly "
+            "from the largest measured scale factor below it (ideal scaling)"
+        )
+    if len(fields) == len(GAVEL_PHYSICAL_FIELDS):
+        notes.append("priority_weight and SLO are ignored")
+    stem = path.stem
+    users = np.full(len(df), user if user is not None else stem, dtype=object)
+    milli = np.where(scale > 0, MILLI, 0)
+    return _finish(
+        v, skip_invalid, path, source or f"gavel/{stem}", notes,
+        job_id=_ids(f"{stem}-", lines, 1), submit_s=arrival, duration_s=duration, num_gpu=scale,
+        gpu_milli=milli, model_name=job_type, user=users,
+    )  # fmt: skip
+
+
+def _gavel_layout(path: Path) -> tuple[str, ...]:
+    """Pick the 7- or 10-field layout from the first non-empty line."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            first = next((line for line in fh if line.strip()), "")
+    except FileNotFoundError:
+        raise InputError(path, None, None, "file not found") from None
+    n = len(first.rstrip("\r\n").split("\t"))
+    if n == len(GAVEL_MSR_FIELDS):
+        return GAVEL_MSR_FIELDS
+    if n == len(GAVEL_PHYSICAL_FIELDS):
+        return GAVEL_PHYSICAL_FIELDS
+    if not first:
+        raise InputError(path, 1, None, "file is empty")
+    raise InputError(
+        path, 1, None, f"expected 7 (msr) or 10 (physical_cluster) tab-separated fields, found {n}"
+    )
+
+
+# -- generic CSV ---------------------------------------------------------------------------------------------
+
+
+def read_generic_csv(
+    path: str | Path, skip_invalid: bool = False, source: str | None = None
+) -> LoadedWorkload:
+    """The wattsched job CSV schema (``docs/data-formats.md``)."""
+    path = Path(path)
+    df, lines = read_table(path)
+    require_columns(df, path, GENERIC_REQUIRED)
+    known = set(GENERIC_REQUIRED) | set(GENERIC_OPTIONAL)
+    for col in df.columns:
+        if col not in known:
+            valid = ", ".join((*GENERIC_REQUIRED, *GENERIC_OPTIONAL))
+            raise InputError(path, 1, col, f"unknown column (valid: {valid})")
+    v = RowValidator(path, lines)
+    n = len(df)
+    ids = _text(df["job_id"])
+    v.flag(is_missing(df["job_id"]), "job_id", "missing value")
+    dup = pd.Series(ids).duplicated().to_numpy() & ~is_missing(df["job_id"])
+    v.flag(dup, "job_id", "duplicate job_id {value!r}", ids)
+
+    submit, epoch_times = _generic_submit(v, df["submit_time"])
+    duration = v.number(df["duration"], "duration")
+    check_times(v, submit, duration, ("submit_time", "duration"))
+    num = v.number(df["num_gpu"], "num_gpu", integer=True)
+
+    def optional_number(col: str, default) -> np.ndarray:
+        if col not in df:
+            return np.full(n, default, dtype=np.float64)
+        return v.number(df[col], col, required=False, integer=col != "deadline", default=np.nan)
+
+    milli = optional_number("gpu_milli", np.nan)
+    milli = np.where(np.isnan(milli) & ~np.isnan(num), np.where(num > 0, MILLI, 0), milli)
+    check_gpu_request(v, num, milli, ("num_gpu", "gpu_milli"))
+    cpu = np.nan_to_num(optional_number("cpu_milli", 0), nan=0.0)
+    mem = np.nan_to_num(optional_number("memory_mib", 0), nan=0.0)
+    check_non_negative(v, cpu, "cpu_milli")
+    check_non_negative(v, mem, "memory_mib")
+    deadline = optional_number("deadline", np.nan)
+    msg = "deadline must be a positive number of seconds after submit, got {value}"
+    v.flag(deadline <= 0, "deadline", msg, deadline)
+    spec = normalise_gpu_spec(v, df["gpu_model"], "gpu_model") if "gpu_model" in df else None
+    job_class = parse_job_class(v, df["job_class"], "job_class") if "job_class" in df else None
+    notes = ["generic wattsched job CSV"]
+    if epoch_times:
+        notes.append("submit_time given as timestamps: times without a zone are taken as UTC")
+    if "deadline" in df:
+        notes.append("deadline_s holds the deadline relative to submission (seconds after submit)")
+    return _finish(
+        v, skip_invalid, path, source or path.name, notes, epoch_times=epoch_times,
+        job_id=ids, submit_s=submit, duration_s=duration, num_gpu=num, gpu_milli=milli, cpu_milli=cpu,
+        memory_mib=mem, gpu_spec=spec, job_class=job_class,
+        model_name=_text(df["model_name"]) if "model_name" in df else None,
+        deadline_s=deadline, user=_text(df["user"]) if "user" in df else None,
+    )  # fmt: skip
+
+
+def _generic_submit(v: RowValidator, raw: pd.Series) -> tuple[np.ndarray, bool]:
+    """Seconds when the first non-empty value is a number, else ISO 8601 timestamps (as epoch seconds)."""
+    present = raw[~is_missing(raw)]
+    first = str(present.iloc[0]).strip() if len(present) else "0"
+    try:
+        float(first)
+    except ValueError:
+        return v.timestamp(raw, "submit_time"), True
+    return v.number(raw, "submit_time"), False

@@ -1,0 +1,107 @@
+"""Property-based invariants over random small clusters and workloads, for every policy pair."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import make_cluster, make_jobs
+from wattsched.engine.observers import Observer
+from wattsched.engine.packing import run_packing
+from wattsched.engine.temporal import STATUS_DONE, STATUS_UNSCHEDULABLE, Simulator
+from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+
+MODELS = ["V100", "T4", "A100"]
+
+node_st = st.tuples(
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from(MODELS),
+    st.integers(1, 8).map(lambda c: c * 8000),
+    st.just(10**6),
+)
+job_st = st.fixed_dictionaries(
+    {
+        "submit": st.floats(0, 500, allow_nan=False).map(lambda x: round(x, 1)),
+        "duration": st.floats(1, 300, allow_nan=False).map(lambda x: round(x, 1)),
+        "gpus": st.sampled_from([0, 1, 1, 1, 2, 4, 8, 12]),
+        "milli": st.sampled_from([1000, 1000, 250, 500, 700]),
+        "cpu": st.integers(0, 20).map(lambda c: c * 1000),
+        "spec": st.sampled_from(["", "", "", "T4", "V100|A100"]),
+    }
+).map(lambda r: {**r, "milli": 0 if r["gpus"] == 0 else (r["milli"] if r["gpus"] == 1 else 1000)})
+
+
+class EndCounter(Observer):
+    def __init__(self):
+        self.ends = {}
+        self.starts = {}
+
+    def on_job_start(self, sim, job):
+        self.starts[job] = self.starts.get(job, 0) + 1
+
+    def on_job_end(self, sim, job):
+        self.ends[job] = self.ends.get(job, 0) + 1
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=5),
+    rows=st.lists(job_st, min_size=1, max_size=25),
+    queue=st.sampled_from(QUEUE_POLICIES.names()),
+    placement=st.sampled_from(PLACEMENT_POLICIES.names()),
+    seed=st.integers(0, 2**16),
+)
+def test_temporal_invariants(nodes, rows, queue, placement, seed):
+    spec = make_cluster(nodes)
+    jobs = make_jobs(rows)
+    counter = EndCounter()
+    sim = Simulator(
+        jobs,
+        spec,
+        QUEUE_POLICIES.create(queue),
+        PLACEMENT_POLICIES.create(placement),
+        np.random.default_rng(seed),
+        observers=[counter],
+        check_invariants=True,  # no over-allocation, no start before submit, after every event
+    )
+    out = sim.run()
+    # Every job ends exactly once or is reported unschedulable.
+    for j in range(len(jobs)):
+        if out.status[j] == STATUS_DONE:
+            assert counter.starts[j] == 1 and counter.ends[j] == 1
+            assert out.start_s[j] >= jobs.submit_s[j]
+            assert np.isclose(out.end_s[j] - out.start_s[j], jobs.duration_s[j])
+        else:
+            assert out.status[j] == STATUS_UNSCHEDULABLE and j not in counter.starts
+    # Everything is released at the end.
+    assert sim.state.allocated_milli == 0 and sim.state.nodes_busy == 0
+    assert (sim.state.cpu_left == spec.cpu_milli).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=5),
+    rows=st.lists(job_st, min_size=1, max_size=25),
+    placement=st.sampled_from(PLACEMENT_POLICIES.names()),
+    seed=st.integers(0, 2**16),
+    inflate=st.sampled_from([0.5, 1.0, 1.3]),
+)
+def test_packing_invariants(nodes, rows, placement, seed, inflate):
+    spec = make_cluster(nodes)
+    jobs = make_jobs(rows)
+    out = run_packing(
+        jobs,
+        spec,
+        PLACEMENT_POLICIES.create(placement),
+        np.random.default_rng(seed),
+        np.random.default_rng(seed + 1),
+        inflate=inflate,
+        check_invariants=True,
+    )
+    assert out.order.size >= len(jobs)
+    placed_milli = sum(
+        int(jobs.gpu_milli[j]) * sum(len(g) for _, g, _, _ in p)
+        for j, p in zip(out.order.tolist(), out.placements, strict=True)
+        if p is not None
+    )
+    assert placed_milli == out.allocated_milli_final <= spec.total_gpus * 1000
+    assert out.placed.sum() + (~out.placed).sum() == out.order.size
