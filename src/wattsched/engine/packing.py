@@ -80,6 +80,7 @@ def run_packing(
     state = ClusterState(spec)
     book = RequestBook.build(jobs, spec)
     placement.bind(spec, rng_policy)
+    placement.prepare(jobs, spec)
     order = arrival_order(jobs, spec, inflate, shuffle, rng_order)
     extra_cols = tuple(c for o in observers for c in o.columns())
     series = GrowableColumns(("pod", "arrived_gpu_milli", "allocated_gpu_milli", "placed", *extra_cols))

@@ -69,6 +69,7 @@ class Simulator:
         self.check = check_invariants
         self.progress = progress
         placement.bind(spec, rng)
+        placement.prepare(jobs, spec)
 
         n = len(jobs)
         self.now = 0.0

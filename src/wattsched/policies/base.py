@@ -101,6 +101,12 @@ class PlacementPolicy(ABC):
         )
         self._rank_weight = spec.num_nodes + 1
 
+    def prepare(self, jobs: JobTable, spec: ClusterSpec) -> None:
+        """See the workload once before the first decision (before any shuffle or inflation).
+
+        FGD derives its target workload ("typical pods") here; most policies need nothing.
+        """
+
     @abstractmethod
     def score(self, state: ClusterState, req: JobRequest, nodes: np.ndarray) -> np.ndarray:
         """Integer scores for the candidate `nodes` (index array); higher is better."""
