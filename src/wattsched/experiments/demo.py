@@ -41,11 +41,19 @@ def run_demo(out: Path, num_jobs: int, seed: int, console: Console) -> list[RunR
     table_df = pd.DataFrame(rows)
     write_table(table_df, out / "comparison")
     _plot(results, out / "comparison.png")
-    table = Table(title=f"demo: {num_jobs} synthetic jobs on the default cluster (16 x 8 A100)")
-    for col in table_df.columns:
-        table.add_column(col, justify="right" if col not in ("queue", "placement") else "left")
+    table = Table(title=f"wattsched demo: {num_jobs} synthetic jobs, default cluster (16 x 8 A100)")
+    for col in ("policy", "done", "JCT h", "p99 JCT h", "wait h", "makespan h", "GPU use"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
     for row in rows:
-        table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
+        table.add_row(
+            f"{row['queue']}+{row['placement']}",
+            str(row["jobs_completed"]),
+            f"{row['jct_mean_s'] / 3600:.2f}",
+            f"{row['jct_p99_s'] / 3600:.2f}",
+            f"{row['queue_delay_mean_s'] / 3600:.2f}",
+            f"{row['makespan_s'] / 3600:.1f}",
+            f"{row['gpu_allocation_mean']:.1%}",
+        )
     console.print(table)
     console.print(f"run directories and comparison.csv / comparison.png in [bold]{out}[/]")
     return results
