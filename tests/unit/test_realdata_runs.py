@@ -10,6 +10,11 @@ from wattsched.cli.main import app
 
 pytestmark = pytest.mark.realdata
 runner = CliRunner()
+PHILLY_ARGS = "simulate --workload philly --cluster philly --queue fifo --placement best-fit --quiet".split()  # noqa: SIM905
+ALIBABA_ARGS = (  # noqa: SIM905
+    "simulate --workload alibaba-v2023/default --cluster alibaba-v2023 --mode packing"
+    " --inflate 1.3 --placement best-fit --seed 42 --quiet"
+).split()
 
 
 def test_philly_replay_fifo_best_fit(tmp_path):
@@ -17,8 +22,7 @@ def test_philly_replay_fifo_best_fit(tmp_path):
     out = tmp_path / "p"
     res = runner.invoke(
         app,
-        ["simulate", "--workload", "philly", "--cluster", "philly", "--queue", "fifo"]
-        + ["--placement", "best-fit", "--quiet", "--out", str(out)],
+        [*PHILLY_ARGS, "--out", str(out)],
     )
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())
@@ -33,8 +37,7 @@ def test_alibaba_default_packing_best_fit(tmp_path):
     out = tmp_path / "a"
     res = runner.invoke(
         app,
-        ["simulate", "--workload", "alibaba-v2023/default", "--cluster", "alibaba-v2023", "--mode", "packing"]
-        + ["--inflate", "1.3", "--placement", "best-fit", "--seed", "42", "--quiet", "--out", str(out)],
+        [*ALIBABA_ARGS, "--out", str(out)],
     )
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())
