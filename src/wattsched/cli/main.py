@@ -13,6 +13,7 @@ from ..experiments.run import run_simulation
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from .common import console, progress_bar, user_errors
 from .data import data_app
+from .signals import signals_app
 
 app = typer.Typer(
     name="wattsched",
@@ -22,6 +23,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(data_app, name="data", help="List, fetch and verify the public datasets.")
+app.add_typer(
+    signals_app, name="signals", help="Inspect hourly electricity prices and grid carbon intensity."
+)
 
 
 def print_summary(summary: dict[str, Any], out: Path | None) -> None:
@@ -38,7 +42,9 @@ def print_summary(summary: dict[str, Any], out: Path | None) -> None:
         s = summary[key]
         if s["mean"] is not None:
             table.add_row(f"{key} mean / p50 / p99", f"{s['mean']:.1f} / {s['p50']:.1f} / {s['p99']:.1f}")
-    for key in ("makespan_s", "gpu_allocation_mean", "gpu_allocation_final", "grar_final", "wall_time_s"):
+    keys = ("makespan_s", "gpu_allocation_mean", "gpu_allocation_final", "grar_final", "energy_kwh")
+    keys += ("avg_power_kw", "peak_power_kw", "cost_usd", "co2_kg", "node_hours_off", "wall_time_s")
+    for key in keys:
         if summary.get(key) is not None:
             value = summary[key]
             table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
@@ -73,9 +79,34 @@ def simulate(
     ] = False,
     out: Annotated[Path | None, typer.Option(help="run directory to write")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar or summary table")] = False,
+    power_model: Annotated[str | None, typer.Option(help="binary | linear | dvfs [default: linear]")] = None,
+    power_manager: Annotated[
+        str | None, typer.Option(help="always-on | idle-timeout | forecast [default: always-on]")
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="grid region for price and carbon, e.g. US-CAL-CISO")
+    ] = None,
+    year: Annotated[int | None, typer.Option(help="grid signal year [default: 2023]")] = None,
+    pue: Annotated[float | None, typer.Option(help="power usage effectiveness [default: 1.0]")] = None,
+    node_base_w: Annotated[float | None, typer.Option(help="node base power W [default: per model]")] = None,
+    idle_timeout_s: Annotated[float | None, typer.Option(help="idle-timeout: seconds [default: 600]")] = None,
+    boot_time_s: Annotated[float | None, typer.Option(help="node boot time s [default: 300]")] = None,
+    gpu_power_limit: Annotated[float | None, typer.Option(help="dvfs: power limit, fraction of max")] = None,
+    gpu_sm_clock: Annotated[float | None, typer.Option(help="dvfs: SM clock, fraction of max")] = None,
+    governor: Annotated[str | None, typer.Option(help="dvfs: static | energy-optimal")] = None,
+    signal_fill: Annotated[
+        str | None,
+        typer.Option(help="fill long gaps in price/carbon series: hold | interpolate [default: error]"),
+    ] = None,
+    no_energy: Annotated[bool, typer.Option("--no-energy", help="skip energy accounting")] = False,
 ) -> None:
     """Replay a workload on a cluster under a queue and a placement policy; write a run directory."""
     synthetic = {k: v for k, v in {"num_jobs": jobs, "arrival": arrival}.items() if v is not None}
+    power_states = {
+        k: v
+        for k, v in {"idle_timeout_s": idle_timeout_s, "boot_time_s": boot_time_s}.items()
+        if v is not None
+    }
     overrides = {
         "workload": workload,
         "cluster": cluster,
@@ -89,6 +120,18 @@ def simulate(
         "skip_invalid": True if skip_invalid else None,
         "check_invariants": True if check_invariants else None,
         "synthetic": synthetic or None,
+        "power_model": power_model,
+        "power_manager": power_manager,
+        "region": region,
+        "year": year,
+        "pue": pue,
+        "node_base_w": node_base_w,
+        "power_states": power_states or None,
+        "gpu_power_limit": gpu_power_limit,
+        "gpu_sm_clock": gpu_sm_clock,
+        "governor": governor,
+        "signal_fill": signal_fill,
+        "energy": False if no_energy else None,
     }
     with user_errors():
         cfg = resolve_config(config, overrides)
@@ -143,6 +186,26 @@ def clusters() -> None:
 
     for name in cluster_names():
         console.print(name)
+
+
+@app.command()
+def power(
+    cluster: Annotated[str, typer.Option(help="cluster name or YAML path")] = "default",
+    power_model: Annotated[str, typer.Option(help="binary | linear | dvfs")] = "binary",
+    node_base_w: Annotated[float | None, typer.Option(help="node base power W [default: per model]")] = None,
+    data_dir: Annotated[str | None, typer.Option(help="local dataset directory")] = None,
+) -> None:
+    """Cluster power when idle and when every GPU and CPU is allocated, by component."""
+    from ..experiments.cluster_power import cluster_power_table
+
+    with user_errors():
+        rows = cluster_power_table(cluster, power_model, node_base_w, data_dir)
+    table = Table(title=f"{cluster} under the {power_model} power model (W)")
+    for col in ("state", "GPU", "CPU", "node base", "total"):
+        table.add_column(col, justify="left" if col == "state" else "right")
+    for state, w in rows.items():
+        table.add_row(state, *(f"{w[k]:,.0f}" for k in ("gpu", "cpu", "base", "total")))
+    console.print(table)
 
 
 def main() -> None:  # pragma: no cover - entry point

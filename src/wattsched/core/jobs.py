@@ -34,8 +34,15 @@ class JobTable:
     deadline_s: np.ndarray  # float64 [J], NaN when none
     user: np.ndarray  # object [J]: user or virtual cluster
     source_line: np.ndarray  # int64 [J]: line in the input file (1-based, header = line 1); 0 if generated
+    gpu_util: np.ndarray = field(
+        default_factory=lambda: np.zeros(0)
+    )  # float64 [J]: measured GPU util, NaN unknown
     source: str = "unknown"
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.gpu_util.shape != self.job_id.shape:
+            self.gpu_util = np.full(len(self.job_id), np.nan)
 
     def __len__(self) -> int:
         return len(self.job_id)
@@ -69,6 +76,7 @@ class JobTable:
         deadline_s=None,
         user=None,
         source_line=None,
+        gpu_util=None,
         source: str = "unknown",
         notes: list[str] | None = None,
     ) -> JobTable:
@@ -96,6 +104,7 @@ class JobTable:
             deadline_s=arr(deadline_s, np.float64, np.nan),
             user=arr(user, object, ""),
             source_line=arr(source_line, np.int64, 0),
+            gpu_util=arr(gpu_util, np.float64, np.nan),
             source=source,
             notes=list(notes or []),
         )

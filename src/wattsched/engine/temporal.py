@@ -175,7 +175,9 @@ class Simulator:
             obs.on_start(self)
 
         ai = 0
-        while ai < n or heap:
+        # Hooks (power timers, forecast ticks) do not keep the run alive on their own: it ends with the last
+        # completion, unless work is still waiting (e.g. for a node to boot).
+        while ai < n or self.running or (self._pending and heap):
             t_arrival = times_list[ai] if ai < n else math.inf
             t_event = heap[0][0] if heap else math.inf
             t = t_arrival if t_arrival < t_event else t_event

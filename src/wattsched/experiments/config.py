@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..core.errors import InputError
+from ..energy.power_states import PowerStateConfig
 from ..workloads.synthetic import SyntheticConfig
 
 
@@ -32,6 +34,40 @@ class SimulationConfig(BaseModel):
     )
     check_invariants: bool = Field(False, description="check resource invariants after every event (slow)")
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+
+    # Energy layer (temporal mode).
+    energy: bool = Field(True, description="account energy, cost and carbon")
+    power_model: str = Field("linear", description="binary | linear | dvfs")
+    power_manager: str = Field("always-on", description="always-on | idle-timeout | forecast")
+    node_base_w: float | None = Field(None, ge=0, description="node base power; default per power model")
+    pue: float = Field(1.0, ge=1.0, description="facility power usage effectiveness")
+    power_states: PowerStateConfig = Field(default_factory=PowerStateConfig)
+    region: str | None = Field(None, description="grid region for price and carbon, e.g. US-CAL-CISO")
+    year: int = Field(2023, description="grid signal year")
+    align: Literal["weekday_hour", "offset"] = Field("weekday_hour", description="trace-to-grid time rule")
+    grid_start: datetime | None = Field(None, description="align=offset: grid time of trace time 0")
+    wrap: Literal["cycle_year", "error"] = Field(
+        "cycle_year", description="trace longer than the signal year"
+    )
+    carbon_kind: Literal["direct", "lca"] = "direct"
+    signal_max_gap_hours: int = Field(6, ge=0, description="longest signal gap filled by interpolation")
+    signal_fill: Literal["hold", "interpolate"] | None = Field(
+        None, description="fill rule for longer gaps (default: error); filled hours are reported"
+    )
+    gpu_power_limit: float | None = Field(
+        None, gt=0, le=1, description="dvfs: power limit as a fraction of max"
+    )
+    gpu_sm_clock: float | None = Field(None, gt=0, le=1, description="dvfs: SM clock as a fraction of max")
+    governor: Literal["static", "energy-optimal"] = Field("static", description="dvfs: per-job setting rule")
+
+    @model_validator(mode="after")
+    def _dvfs_settings_need_dvfs(self) -> SimulationConfig:
+        uses = self.gpu_power_limit is not None or self.gpu_sm_clock is not None or self.governor != "static"
+        if uses and self.power_model != "dvfs":
+            raise ValueError("gpu_power_limit, gpu_sm_clock and governor need power_model: dvfs")
+        if self.gpu_power_limit is not None and self.gpu_sm_clock is not None:
+            raise ValueError("set gpu_power_limit or gpu_sm_clock, not both")
+        return self
 
 
 def _key_lines(text: str) -> dict[tuple[str, ...], int]:
@@ -82,7 +118,7 @@ def resolve_config(file: str | Path | None, overrides: dict[str, Any]) -> Simula
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(str(p) for p in err["loc"])
-        field = ".".join(loc)
+        field = ".".join(loc) or None
         line = None
         source = str(file) if file else "command line"
         if file:
@@ -90,6 +126,6 @@ def resolve_config(file: str | Path | None, overrides: dict[str, Any]) -> Simula
             while loc and loc not in lines:
                 loc = loc[:-1]
             line = lines.get(loc)
-            if not any(k == field.split(".")[0] for k in data):
+            if field is None or not any(k == field.split(".")[0] for k in data):
                 source, line = "command line", None
         raise InputError(source, line, field, err["msg"]) from None

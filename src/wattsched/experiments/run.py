@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..engine.recorder import TimeSeriesRecorder
 from ..engine.temporal import STATUS_DONE, STATUS_NAMES, STATUS_UNSCHEDULABLE, Simulator
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from .config import SimulationConfig
+from .energy_setup import build_energy
 from .outputs import placement_strings, stats, write_run_dir
 
 ProgressFn = Callable[[int, int], None]
@@ -33,6 +35,7 @@ class Inputs:
     invalid_examples: list[str]
     has_times: bool
     notes: list[str]
+    time_origin_utc: datetime | None = None
 
 
 @dataclass
@@ -51,18 +54,21 @@ def load_inputs(cfg: SimulationConfig) -> Inputs:
     from ..workloads.validate import check_against_cluster
 
     cluster = load_cluster(cfg.cluster, cfg.data_dir)
+    origin = None
     if cfg.workload == "synthetic":
         jobs, skipped, examples, has_times, path = generate(cfg.synthetic, cfg.seed), 0, [], True, "synthetic"
     else:
         loaded = load_workload(cfg.workload, cfg.data_dir, cfg.skip_invalid)
         jobs, skipped, examples = loaded.jobs, loaded.invalid_skipped, list(loaded.invalid_examples)
         has_times, path = loaded.has_times, loaded.path
+        if loaded.time_origin_utc:
+            origin = datetime.fromisoformat(loaded.time_origin_utc)
     jobs, too_big, big_examples = check_against_cluster(jobs, cluster, cfg.skip_invalid, path)
     if cfg.max_jobs is not None and cfg.max_jobs < len(jobs):
         keep = np.sort(np.argsort(jobs.submit_s, kind="stable")[: cfg.max_jobs])
         jobs = jobs.subset(keep)
     notes = list(jobs.notes) + ([cluster.notes] if cluster.notes else [])
-    return Inputs(jobs, cluster, skipped + too_big, examples + big_examples, has_times, notes)
+    return Inputs(jobs, cluster, skipped + too_big, examples + big_examples, has_times, notes, origin)
 
 
 def _policy_info(policy: Any) -> dict[str, Any]:
@@ -137,14 +143,15 @@ def _job_columns(jobs: JobTable) -> dict[str, Any]:
 
 def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
     jobs, cluster = inputs.jobs, inputs.cluster
-    recorder = TimeSeriesRecorder()
+    energy = build_energy(cfg, jobs, inputs.time_origin_utc) if cfg.energy else None
+    recorder = TimeSeriesRecorder(providers=[energy.accountant] if energy else [])
     sim = Simulator(
         jobs,
         cluster,
         queue,
         placement,
         rng_policy,
-        observers=[recorder],
+        observers=[*(energy.observers if energy else []), recorder],
         check_invariants=cfg.check_invariants,
         progress=progress,
     )
@@ -180,7 +187,14 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
             else 0.0
         ),
     }
-    return jobs_df, recorder.frame(), metrics
+    series = recorder.frame()
+    if energy is not None:
+        metrics.update(energy.summary(recorder.allocated_gpu_seconds))
+        inputs.notes.extend(energy.notes)
+        for name, signal in (("price_usd_per_mwh", energy.price), ("carbon_g_per_kwh", energy.carbon)):
+            if signal is not None:
+                series[name] = signal.value_at(series["time_s"].to_numpy() - series["time_s"].iloc[0])
+    return jobs_df, series, metrics
 
 
 def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress):

@@ -1,0 +1,313 @@
+"""Node power states and the power managers that drive them (dynamic right-sizing).
+
+States: ON, OFF, BOOTING, SHUTTING_DOWN. Only ON nodes are `available` to placement, so no work is ever placed on
+a node that is off or in transition. The :class:`NodePowerController` is the mechanism (timers, state changes,
+bookkeeping); a :class:`PowerManager` is the policy deciding which nodes to boot or shut down. Managers register
+by name: `always-on`, `idle-timeout`, `forecast`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from itertools import islice
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..engine.observers import Observer
+from ..policies.registry import Registry
+
+if TYPE_CHECKING:
+    from ..engine.temporal import Simulator
+
+ON, OFF, BOOTING, SHUTTING_DOWN = 0, 1, 2, 3
+POWER_STATE_NAMES = ("on", "off", "booting", "shutting_down")
+BOOT_LOOKAHEAD_JOBS = 64  # pending jobs considered when sizing boots
+
+
+class PowerStateConfig(BaseModel):
+    """Transition times and draws. A node in transition draws its idle power (booting or shutting down a GPU
+    server keeps CPUs, memory and GPUs powered); an off node draws `off_power_w` (a BMC, if you want it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    boot_time_s: float = Field(300.0, ge=0, description="off -> on (POST, OS boot, driver load)")
+    shutdown_time_s: float = Field(60.0, ge=0, description="on -> off")
+    off_power_w: float = Field(0.0, ge=0, description="draw of a node that is off")
+    idle_timeout_s: float = Field(600.0, gt=0, description="idle-timeout: idle time before a node goes off")
+    forecast_interval_s: float = Field(600.0, gt=0, description="forecast: decision period")
+    forecast_history_s: float = Field(3600.0, gt=0, description="forecast: recent window for the peak")
+    forecast_season_s: float = Field(
+        86400.0, gt=0, description="forecast: seasonal lag (same time yesterday)"
+    )
+    forecast_buffer_frac: float = Field(0.2, ge=0, description="forecast: spare GPUs kept on, as a fraction")
+
+
+class PowerManager:
+    """Policy hooks; each returns nothing and acts through the controller."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    reconstructed: ClassVar[bool] = False
+    basis: ClassVar[str] = ""
+
+    def on_start(self, ctrl: NodePowerController, sim: Simulator) -> None: ...
+
+    def on_node_idle(self, ctrl: NodePowerController, sim: Simulator, node: int) -> None: ...
+
+    def on_blocked(self, ctrl: NodePowerController, sim: Simulator) -> None:
+        """Jobs are waiting and some nodes are off: by default boot what the waiting work needs."""
+        ctrl.boot(ctrl.plan_boots(sim), sim)
+
+
+POWER_MANAGERS: Registry[PowerManager] = Registry("power manager")
+
+
+@POWER_MANAGERS.register("always-on")
+class AlwaysOn(PowerManager):
+    name = "always-on"
+    description = "every node stays on (baseline)"
+
+    def on_blocked(self, ctrl: NodePowerController, sim: Simulator) -> None:
+        return None
+
+
+@POWER_MANAGERS.register("idle-timeout")
+class IdleTimeout(PowerManager):
+    """Dynamic right-sizing: a node idle for `idle_timeout_s` shuts down; an off node boots when waiting work
+    needs it, and that work waits for the boot."""
+
+    name = "idle-timeout"
+    description = "node off after an idle timeout, booted on demand (dynamic right-sizing)"
+
+    def on_start(self, ctrl: NodePowerController, sim: Simulator) -> None:
+        for node in range(ctrl.spec.num_nodes):
+            self.on_node_idle(ctrl, sim, node)
+
+    def on_node_idle(self, ctrl: NodePowerController, sim: Simulator, node: int) -> None:
+        since = ctrl.idle_since[node]
+        timeout = ctrl.config.idle_timeout_s
+
+        def check(s: Simulator) -> None:
+            if (
+                ctrl.power_state[node] == ON
+                and ctrl.idle_since[node] == since
+                and s.state.jobs_on_node[node] == 0
+            ):
+                ctrl.shutdown([node], s)
+
+        sim.schedule(since + timeout, check)
+
+
+@POWER_MANAGERS.register("forecast")
+class ForecastBuffer(PowerManager):
+    """Helios-CES-style buffer (Hu et al., SC'21): keep enough GPU nodes on for a short-term demand forecast.
+
+    Reconstructed: Helios forecasts node demand with LightGBM over 10-minute buckets; here the forecast is the larger
+    of the peak allocated GPUs over the last hour and the peak over the next interval one season (a day) ago, plus
+    a buffer fraction. Every interval, idle nodes beyond the target shut down (largest rank last) and off nodes
+    boot when the target exceeds the GPUs on. Waiting work still boots nodes on demand. CPU-only nodes stay on.
+    """
+
+    name = "forecast"
+    description = "keep a buffer of GPU nodes on sized from a short-term demand forecast (Helios CES style)"
+    reconstructed = True
+    basis = (
+        "Helios CES (Hu et al., SC'21): forecast-driven node power-off; forecaster simplified to peak history"
+    )
+
+    def __init__(self) -> None:
+        self.history: deque[tuple[float, float]] = deque()
+        self.peak_since_tick = 0.0
+
+    def on_start(self, ctrl: NodePowerController, sim: Simulator) -> None:
+        ctrl.on_allocation = self._note_allocation
+        sim.schedule(sim.now, lambda s: self._tick(ctrl, s))
+
+    def _note_allocation(self, allocated_gpus: float) -> None:
+        self.peak_since_tick = max(self.peak_since_tick, allocated_gpus)
+
+    def forecast(self, now: float, cfg: PowerStateConfig) -> float:
+        recent = [v for t, v in self.history if t >= now - cfg.forecast_history_s]
+        lag0, lag1 = now - cfg.forecast_season_s, now - cfg.forecast_season_s + cfg.forecast_interval_s
+        seasonal = [v for t, v in self.history if lag0 <= t <= lag1]
+        return max(recent + seasonal + [0.0])
+
+    def _tick(self, ctrl: NodePowerController, sim: Simulator) -> None:
+        cfg = ctrl.config
+        now = sim.now
+        current = sim.state.allocated_milli / 1000.0
+        self.history.append((now, max(self.peak_since_tick, current)))
+        self.peak_since_tick = current
+        while self.history and self.history[0][0] < now - cfg.forecast_season_s - cfg.forecast_history_s:
+            self.history.popleft()
+        target = self.forecast(now, cfg) * (1.0 + cfg.forecast_buffer_frac)
+        gpu_nodes = ctrl.spec.gpu_count > 0
+        powered = (ctrl.power_state == ON) | (ctrl.power_state == BOOTING)
+        gpus_on = float(ctrl.spec.gpu_count[powered & gpu_nodes].sum())
+        rank = ctrl.rank
+        if gpus_on < target:
+            off = np.flatnonzero((ctrl.power_state == OFF) & gpu_nodes)
+            boots = []
+            for node in off[np.argsort(rank[off])].tolist():
+                if gpus_on >= target:
+                    break
+                boots.append(node)
+                gpus_on += float(ctrl.spec.gpu_count[node])
+            ctrl.boot(boots, sim)
+        else:
+            idle = (ctrl.power_state == ON) & gpu_nodes & (sim.state.jobs_on_node == 0)
+            idle &= now - ctrl.idle_since >= cfg.forecast_interval_s
+            cand = np.flatnonzero(idle)
+            downs = []
+            for node in cand[np.argsort(-rank[cand])].tolist():
+                if gpus_on - float(ctrl.spec.gpu_count[node]) < target:
+                    continue
+                downs.append(node)
+                gpus_on -= float(ctrl.spec.gpu_count[node])
+            ctrl.shutdown(downs, sim)
+        sim.schedule(now + cfg.forecast_interval_s, lambda s: self._tick(ctrl, s))
+
+
+class NodePowerController(Observer):
+    """Executes power decisions in the simulator: timers, `available` mask, counters, accountant updates."""
+
+    def __init__(self, manager: PowerManager, config: PowerStateConfig):
+        self.manager = manager
+        self.config = config
+        self.listeners: list = []  # objects with node_changed(sim, node)
+        self.on_allocation = None
+        self.boots = 0
+        self.shutdowns = 0
+        self.node_seconds_off = 0.0
+        self.counts = [0, 0, 0, 0]
+        self._last_plan_key: tuple = ()
+
+    def on_start(self, sim: Simulator) -> None:
+        self.spec = sim.spec
+        n = sim.spec.num_nodes
+        self.power_state = np.full(n, ON, dtype=np.int8)
+        self.idle_since = np.full(n, sim.now)
+        self.counts = [n, 0, 0, 0]
+        self.rank = sim.placement.rank
+        self.manager.on_start(self, sim)
+
+    # --- observer hooks ---------------------------------------------------------------------------------------
+    def on_interval(self, sim: Simulator, t0: float, t1: float) -> None:
+        self.node_seconds_off += self.counts[OFF] * (t1 - t0)
+
+    def on_job_start(self, sim: Simulator, job: int) -> None:
+        for node, *_ in sim.placements[job]:
+            self.idle_since[node] = math.inf
+        if self.on_allocation is not None:
+            self.on_allocation(sim.state.allocated_milli / 1000.0)
+
+    def on_job_end(self, sim: Simulator, job: int) -> None:
+        jobs_on_node = sim.state.jobs_on_node
+        for node, *_ in sim.placements[job]:
+            if jobs_on_node[node] == 0:
+                self.idle_since[node] = sim.now
+                self.manager.on_node_idle(self, sim, node)
+
+    def on_batch_end(self, sim: Simulator) -> None:
+        if sim.queue_length and self.counts[OFF]:
+            # Re-plan only when the queue, the capacity or the power states changed since the last plan.
+            key = (sim.queue_length, sim.state.release_epoch, sim.state.allocated_milli, *self.counts)
+            if key != self._last_plan_key:
+                self._last_plan_key = key
+                self.manager.on_blocked(self, sim)
+
+    # --- mechanism ----------------------------------------------------------------------------------------------
+    def _set(self, node: int, new_state: int, sim: Simulator) -> None:
+        self.counts[int(self.power_state[node])] -= 1
+        self.counts[new_state] += 1
+        self.power_state[node] = new_state
+        for listener in self.listeners:
+            listener.node_changed(sim, node)
+
+    def shutdown(self, nodes, sim: Simulator) -> None:
+        nodes = [n for n in nodes if self.power_state[n] == ON and sim.state.jobs_on_node[n] == 0]
+        if not nodes:
+            return
+        sim.state.set_available(np.asarray(nodes), False)
+        for node in nodes:
+            self._set(node, SHUTTING_DOWN, sim)
+            self.idle_since[node] = math.inf
+        self.shutdowns += len(nodes)
+
+        def done(s: Simulator) -> None:
+            for node in nodes:
+                self._set(node, OFF, s)
+
+        sim.schedule(sim.now + self.config.shutdown_time_s, done)
+
+    def boot(self, nodes, sim: Simulator) -> None:
+        nodes = [n for n in nodes if self.power_state[n] == OFF]
+        if not nodes:
+            return
+        for node in nodes:
+            self._set(node, BOOTING, sim)
+        self.boots += len(nodes)
+
+        def done(s: Simulator) -> None:
+            s.state.set_available(np.asarray(nodes), True)
+            for node in nodes:
+                self._set(node, ON, s)
+                self.idle_since[node] = s.now
+                self.manager.on_node_idle(self, s, node)
+            s.mark_released()
+
+        sim.schedule(sim.now + self.config.boot_time_s, done)
+
+    def plan_boots(self, sim: Simulator) -> list[int]:
+        """Off nodes to boot so that the waiting work can run: first the head job (if no booting node could host
+        it), then enough GPUs for the first pending jobs' total demand. Ties in rank order."""
+        pending = list(islice(sim.pending(), BOOT_LOOKAHEAD_JOBS))
+        if not pending:
+            return []
+        spec, state = self.spec, sim.state
+        off = self.power_state == OFF
+        booting = self.power_state == BOOTING
+        boots: list[int] = []
+        head = sim.book.request(pending[0])
+        hosts = head.node_mask & (spec.cpu_milli >= head.cpu_milli) & (spec.memory_mib >= head.memory_mib)
+        if head.num_gpu > 0 and not head.gang:
+            hosts &= spec.gpu_count >= (head.num_gpu if head.gpu_milli >= 1000 else 1)
+        if head.gang:
+            have = float(state.free_gpus[state.available & head.node_mask].sum())
+            have += float(spec.gpu_count[booting & head.node_mask].sum())
+            cand = np.flatnonzero(off & head.node_mask)
+            for node in cand[np.argsort(self.rank[cand])].tolist():
+                if have >= head.num_gpu:
+                    break
+                boots.append(node)
+                have += float(spec.gpu_count[node])
+        elif not (hosts & booting).any():
+            cand = np.flatnonzero(hosts & off)
+            if cand.size:
+                boots.append(int(cand[np.argmin(self.rank[cand])]))
+        jobs = sim.jobs
+        idx = np.asarray(pending)
+        demand = float((jobs.num_gpu[idx] * jobs.gpu_milli[idx]).sum()) / 1000.0
+        supply = float(state.free_gpus[state.available].sum()) + float(spec.gpu_count[booting].sum())
+        supply += float(spec.gpu_count[boots].sum()) if boots else 0.0
+        if demand > supply:
+            chosen = set(boots)
+            cand = np.flatnonzero(off & (spec.gpu_count > 0))
+            for node in cand[np.argsort(self.rank[cand])].tolist():
+                if supply >= demand:
+                    break
+                if node not in chosen:
+                    boots.append(node)
+                    supply += float(spec.gpu_count[node])
+        return boots
+
+    def summary(self) -> dict:
+        return {
+            "power_manager": self.manager.name,
+            "node_boots": self.boots,
+            "node_shutdowns": self.shutdowns,
+            "node_hours_off": self.node_seconds_off / 3600.0,
+        }
