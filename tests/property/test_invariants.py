@@ -1,6 +1,7 @@
 """Property-based invariants over random small clusters and workloads, for every policy pair."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -105,3 +106,40 @@ def test_packing_invariants(nodes, rows, placement, seed, inflate):
     )
     assert placed_milli == out.allocated_milli_final <= spec.total_gpus * 1000
     assert out.placed.sum() + (~out.placed).sum() == out.order.size
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=4),
+    rows=st.lists(job_st, min_size=1, max_size=20),
+    manager=st.sampled_from(["always-on", "idle-timeout", "forecast"]),
+    model=st.sampled_from(["binary", "linear"]),
+    timeout=st.sampled_from([1.0, 30.0, 600.0]),
+    boot=st.sampled_from([0.0, 20.0, 300.0]),
+)
+def test_power_states_never_host_work_and_energy_adds_up(nodes, rows, manager, model, timeout, boot):
+    from wattsched.energy.accounting import EnergyAccountant
+    from wattsched.energy.power_models import POWER_MODELS
+    from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
+    from wattsched.energy.utilisation import job_gpu_load
+
+    spec = make_cluster(nodes)
+    jobs = make_jobs(rows)
+    cfg = PowerStateConfig(idle_timeout_s=timeout, boot_time_s=boot, forecast_interval_s=50.0)
+    controller = NodePowerController(POWER_MANAGERS.create(manager), cfg)
+    accountant = EnergyAccountant(POWER_MODELS.create(model), job_gpu_load(jobs), 10.0, controller=controller)
+    sim = Simulator(
+        jobs,
+        spec,
+        QUEUE_POLICIES.create("fifo"),
+        PLACEMENT_POLICIES.create("best-fit"),
+        np.random.default_rng(0),
+        observers=[controller, accountant],
+        check_invariants=True,  # includes: no job on a node that is off, booting or shutting down
+    )
+    out = sim.run()
+    assert ((out.status == STATUS_DONE) | (out.status == STATUS_UNSCHEDULABLE)).all()
+    done = out.status == STATUS_DONE
+    assert np.allclose(out.end_s[done] - out.start_s[done], jobs.duration_s[done])
+    assert all(v >= 0 for v in accountant.energy_j.values())
+    assert accountant.span_s == pytest.approx(sim.now - jobs.submit_s.min())

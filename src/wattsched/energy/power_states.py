@@ -91,11 +91,11 @@ class IdleTimeout(PowerManager):
         timeout = ctrl.config.idle_timeout_s
 
         def check(s: Simulator) -> None:
-            if (
-                ctrl.power_state[node] == ON
-                and ctrl.idle_since[node] == since
-                and s.state.jobs_on_node[node] == 0
-            ):
+            if ctrl.power_state[node] != ON or ctrl.idle_since[node] != since or s.state.jobs_on_node[node]:
+                return
+            if ctrl.wanted_by_waiting_work(s, node):
+                s.schedule(s.now + timeout, check)  # waiting work may need it soon (e.g. a gang's other half)
+            else:
                 ctrl.shutdown([node], s)
 
         sim.schedule(since + timeout, check)
@@ -160,7 +160,8 @@ class ForecastBuffer(PowerManager):
         else:
             idle = (ctrl.power_state == ON) & gpu_nodes & (sim.state.jobs_on_node == 0)
             idle &= now - ctrl.idle_since >= cfg.forecast_interval_s
-            cand = np.flatnonzero(idle)
+            cand = [n for n in np.flatnonzero(idle).tolist() if not ctrl.wanted_by_waiting_work(sim, n)]
+            cand = np.asarray(cand, dtype=np.int64)
             downs = []
             for node in cand[np.argsort(-rank[cand])].tolist():
                 if gpus_on - float(ctrl.spec.gpu_count[node]) < target:
@@ -212,6 +213,8 @@ class NodePowerController(Observer):
                 self.manager.on_node_idle(self, sim, node)
 
     def on_batch_end(self, sim: Simulator) -> None:
+        if sim.check:
+            self.check_invariants(sim)
         if sim.queue_length and self.counts[OFF]:
             # Re-plan only when the queue, the capacity or the power states changed since the last plan.
             key = (sim.queue_length, sim.state.release_epoch, sim.state.allocated_milli, *self.counts)
@@ -261,6 +264,21 @@ class NodePowerController(Observer):
 
         sim.schedule(sim.now + self.config.boot_time_s, done)
 
+    def wanted_by_waiting_work(self, sim: Simulator, node: int) -> bool:
+        """Whether one of the first pending jobs could run on `node` (ignoring what else it needs)."""
+        if not sim.queue_length:
+            return False
+        spec = self.spec
+        for job in islice(sim.pending(), BOOT_LOOKAHEAD_JOBS):
+            req = sim.book.request(job)
+            if not req.node_mask[node]:
+                continue
+            if spec.cpu_milli[node] < req.cpu_milli and not req.gang:
+                continue
+            if req.num_gpu == 0 or req.gang or spec.gpu_count[node] >= req.num_gpu:
+                return True
+        return False
+
     def plan_boots(self, sim: Simulator) -> list[int]:
         """Off nodes to boot so that the waiting work can run: first the head job (if no booting node could host
         it), then enough GPUs for the first pending jobs' total demand. Ties in rank order."""
@@ -303,6 +321,18 @@ class NodePowerController(Observer):
                     boots.append(node)
                     supply += float(spec.gpu_count[node])
         return boots
+
+    def check_invariants(self, sim: Simulator) -> None:
+        """No work on a node that is not on, and only nodes that are on are available to placement."""
+        not_on = self.power_state != ON
+        if (sim.state.jobs_on_node[not_on] > 0).any():
+            raise AssertionError("a job runs on a node that is off, booting or shutting down")
+        if (sim.state.available != ~not_on).any():
+            raise AssertionError("placement availability out of sync with node power states")
+        if sum(self.counts) != self.spec.num_nodes or self.counts[OFF] != int(
+            (self.power_state == OFF).sum()
+        ):
+            raise AssertionError("power-state counters out of sync")
 
     def summary(self) -> dict:
         return {

@@ -18,6 +18,7 @@ import numpy as np
 from sortedcontainers import SortedList
 
 from ..core.cluster import ClusterSpec, ClusterState
+from ..core.errors import WattschedError
 from ..core.jobs import JobTable
 from ..policies.base import Placement, PlacementPolicy, QueuePolicy, run_pass
 from .observers import Observer
@@ -32,6 +33,7 @@ STATUS_FUTURE, STATUS_PENDING, STATUS_RUNNING, STATUS_DONE, STATUS_UNSCHEDULABLE
 STATUS_NAMES = ("not_arrived", "pending", "running", "completed", "unschedulable", "dropped")
 
 _FAILED_MEMO_SIZE = 32
+STALL_LIMIT_S = 3650 * 86400.0
 _PENDING_CHUNK = 16
 
 
@@ -89,6 +91,7 @@ class Simulator:
         self._failed: list[tuple[int, int, int, int, int, bool]] = []
         self._failed_epoch = -1
         self._released = True
+        self._last_start = 0.0
 
     # ----- public API for observers, power managers and frequency governors -----------------------------------
     @property
@@ -171,6 +174,7 @@ class Simulator:
         heap = self._heap
         progress_step = max(n // 200, 1)
         self.now = times_list[0] if n else 0.0
+        self._last_start = self.now
         for obs in self.observers:
             obs.on_start(self)
 
@@ -192,6 +196,11 @@ class Simulator:
                         self._finish(ref)
                 else:
                     payload(self)  # type: ignore[operator]
+            if ai >= n and not self.running and t - self._last_start > STALL_LIMIT_S:
+                raise WattschedError(
+                    f"simulation stalled: {len(self._pending)} jobs wait but nothing has run for "
+                    f"{STALL_LIMIT_S / 86400:.0f} simulated days (a power manager that never boots capacity?)"
+                )
             arrived = False
             while ai < n and times_list[ai] <= t:
                 j = order_list[ai]
@@ -242,6 +251,7 @@ class Simulator:
         self.placements[job] = placement
         self.status[job] = STATUS_RUNNING
         self.start_s[job] = self.now
+        self._last_start = self.now
         self.last_update[job] = self.now
         self.running.add(job)
         self._schedule_completion(job)

@@ -1,0 +1,722 @@
+"""GPU power-limit and SM-clock (DVFS) response: how fast a job runs and how much power it draws under a setting.
+
+Two models (docs/dvfs.md has the equations, fitted values and limitations):
+
+* **Power limits**, fitted from the Zeus NSDI'23 traces (``zeus-power/summary_power_{gpu}.csv``; You et al.,
+  NSDI'23; energy-models.md §4). Every (dataset, network, batch size, optimiser) configuration is normalised to
+  its own value at the GPU's maximum power limit; NCF/MovieLens is excluded (not GPU-bound). With
+  ``p = PL / PLmax``::
+
+      speed(p) = 1 - a * max(0, 1 - p/b)**2          relative throughput (1 / time_per_epoch)
+      power(p) = 1 - k * max(0, 1 - p/q)             relative average power  (= min(1, c0 + c1*p))
+
+  Parameters and fit quality live in ``dvfs_fit.json`` (written by ``tools/fit_dvfs.py``).
+* **SM / memory clocks**, the HKBU analytic model (Wang et al., IEEE TPDS 2022; code
+  ``HKBU-HPML/GPU-DVFS-Job-Schedule``, reimplemented from the formulas in energy-models.md §5)::
+
+      t(fc, fm) = t0 + D * (delta/fc + (1 - delta)/fm)
+      P(fc, fm) = p0 + gamma*fm + cg * Vc(fc)**2 * fc,      Vc(fc) = 2*(fc - 0.5)**2 + 0.5
+
+The simulator uses one entry point, :func:`dvfs_response`, which maps a catalog GPU and a :class:`GpuSetting`
+to ``(speed, power_scale)``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..core.errors import InputError, WattschedError
+from ..core.gpus import GpuModel, gpu_model
+from ..data import registry
+
+# ---------------------------------------------------------------------------------------------------------------
+# Zeus power-limit curves
+# ---------------------------------------------------------------------------------------------------------------
+
+ZEUS_DATASET = "zeus-power"
+ZEUS_GPUS = ("v100", "a40", "rtx6000", "p100")
+GENERIC = "generic"
+ZEUS_COLUMNS = (
+    "dataset",
+    "network",
+    "batch_size",
+    "optimizer",
+    "power_limit",
+    "time_per_epoch",
+    "average_power",
+)
+EXCLUDED_WORKLOADS = (("movielens-1m", "ncf"),)  # not GPU-bound: 34-84 W at any limit (energy-models.md §4)
+FIT_FILE = "dvfs_fit.json"
+FIT_SCHEMA = 1
+SIGNIFICANT_DIGITS = 12  # stored floats are rounded so the JSON is byte-identical across platforms
+OPTIMUM_DIVISIONS = 10_000  # the energy-optimal p search uses steps of 1e-4
+
+# Catalog GPUs measured in the Zeus traces; every other catalog GPU uses the pooled "generic" fit.
+ZEUS_CURVE_OF_GPU: dict[str, str] = {
+    "V100": "v100",
+    "V100M16": "v100",
+    "V100M32": "v100",
+    "V100-PCIE": "v100",
+    "P100": "p100",
+    "A40": "a40",
+    "RTX6000": "rtx6000",
+}
+
+
+def zeus_file(gpu: str) -> str:
+    return f"summary_power_{gpu}.csv"
+
+
+@dataclass(frozen=True)
+class PowerLimitCurve:
+    """speed(p) and power(p) for p = PL/PLmax in [p_min, 1]."""
+
+    a: float  # speed: depth of the quadratic drop
+    b: float  # speed: knee (speed is 1 for p >= b)
+    k: float  # power: drop from 1 at p = 0 on the linear branch (c0 = 1 - k)
+    q: float  # power: knee (power is 1 for p >= q)
+    p_min: float  # lowest fitted p; below it the curves are extrapolation and refused
+
+    @property
+    def c0(self) -> float:
+        return 1.0 - self.k
+
+    @property
+    def c1(self) -> float:
+        return self.k / self.q
+
+    def speed(self, p: ArrayLike) -> np.ndarray:
+        return 1.0 - self.a * np.maximum(0.0, 1.0 - np.asarray(p, dtype=np.float64) / self.b) ** 2
+
+    def power(self, p: ArrayLike) -> np.ndarray:
+        return 1.0 - self.k * np.maximum(0.0, 1.0 - np.asarray(p, dtype=np.float64) / self.q)
+
+    def relative_energy(self, p: ArrayLike) -> np.ndarray:
+        """Energy per unit of work relative to p = 1, with the measured (idle-inclusive) average power."""
+        return self.power(p) / self.speed(p)
+
+    def energy_optimal_p(self) -> float:
+        grid = optimum_grid(self.p_min, 1.0)
+        return float(grid[np.argmin(self.relative_energy(grid))])
+
+
+def optimum_grid(lo: float, hi: float) -> np.ndarray:
+    """lo, hi and the multiples of 1/OPTIMUM_DIVISIONS between them (integers first, so the grid is reproducible)."""
+    first = math.ceil(lo * OPTIMUM_DIVISIONS - 1e-9)
+    last = math.floor(hi * OPTIMUM_DIVISIONS + 1e-9)
+    inner = np.arange(first, last + 1) / OPTIMUM_DIVISIONS
+    return np.unique(np.concatenate([[lo], inner[(inner > lo) & (inner < hi)], [hi]]))
+
+
+@dataclass(frozen=True)
+class ZeusPoints:
+    """Normalised points of one Zeus file (reference rows at p = 1 left out: they are 1 by construction)."""
+
+    p: np.ndarray
+    speed: np.ndarray
+    power: np.ndarray
+    config: np.ndarray  # configuration index of each point
+    optimum_p: np.ndarray  # per configuration: measured p with the least energy per epoch
+    power_limit_max_w: float
+    rows: int
+    rows_excluded: int  # excluded workloads
+    configs_without_reference: int  # configurations lacking a row at the maximum limit (dropped)
+
+
+def read_zeus_power(path: str | Path) -> ZeusPoints:
+    """Read one ``summary_power_*.csv`` and normalise each configuration to its row at the maximum limit."""
+    path = Path(path)
+    groups: dict[tuple[str, str, str, str], list[tuple[float, float, float]]] = {}
+    rows = excluded = 0
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in ZEUS_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(path, 1, None, f"missing column(s) {', '.join(missing)}")
+        for row in reader:
+            line = reader.line_num
+            rows += 1
+            if (row["dataset"], row["network"]) in EXCLUDED_WORKLOADS:
+                excluded += 1
+                continue
+            values = []
+            for field in ("power_limit", "time_per_epoch", "average_power"):
+                try:
+                    v = float(row[field])
+                except (TypeError, ValueError):
+                    raise InputError(path, line, field, f"not a number: {row[field]!r}") from None
+                if not math.isfinite(v) or v <= 0:
+                    raise InputError(path, line, field, f"must be a positive finite number, got {v!r}")
+                values.append(v)
+            key = (row["dataset"], row["network"], row["batch_size"], row["optimizer"])
+            groups.setdefault(key, []).append((values[0], values[1], values[2]))
+    if not groups:
+        raise InputError(path, None, None, "no GPU-bound rows")
+    pl_max = max(v[0] for g in groups.values() for v in g)
+    p, s, w, cfg, optimum = [], [], [], [], []
+    no_ref = 0
+    for key in sorted(groups):
+        limits = sorted(groups[key])
+        if len({v[0] for v in limits}) != len(limits):
+            raise InputError(path, None, "power_limit", f"duplicate power limit in configuration {key}")
+        ref = limits[-1]
+        if ref[0] != pl_max:
+            no_ref += 1
+            continue
+        energy = [v[1] * v[2] for v in limits]  # time per epoch x average power
+        optimum.append(limits[int(np.argmin(energy))][0] / pl_max)
+        for pl, t, watts in limits[:-1]:
+            p.append(pl / pl_max)
+            s.append(ref[1] / t)
+            w.append(watts / ref[2])
+            cfg.append(len(optimum) - 1)
+    if not p:
+        raise InputError(path, None, None, "no configuration has points below the maximum power limit")
+    return ZeusPoints(
+        np.array(p),
+        np.array(s),
+        np.array(w),
+        np.array(cfg),
+        np.array(optimum),
+        pl_max,
+        rows,
+        excluded,
+        no_ref,
+    )
+
+
+def fit_knee(p: np.ndarray, y: np.ndarray, exponent: int, lo: float = 0.3) -> tuple[float, float]:
+    """Least-squares fit of ``y = 1 - amp * max(0, 1 - p/knee)**exponent`` with amp >= 0, knee in [lo, 1].
+
+    For a fixed knee the model is linear in amp (closed form); the knee is searched on a 1e-3 grid, then refined
+    twice around the best value (1e-5, 1e-7). No randomness or iteration tolerance: a re-fit is bit-identical.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    r = 1.0 - np.asarray(y, dtype=np.float64)
+
+    def profile(knees: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = np.maximum(0.0, 1.0 - p[None, :] / knees[:, None]) ** exponent
+        sxx = np.einsum("ij,ij->i", x, x)
+        amp = np.where(sxx > 0, np.einsum("ij,j->i", x, r) / np.where(sxx > 0, sxx, 1.0), 0.0)
+        amp = np.maximum(amp, 0.0)
+        resid = r[None, :] - amp[:, None] * x
+        return amp, np.einsum("ij,ij->i", resid, resid)
+
+    lo_i, hi_i = round(lo * 1000), 1000
+    knees = np.arange(lo_i, hi_i + 1) / 1000.0
+    amp, sse = profile(knees)
+    best = int(np.argmin(sse))
+    centre, step = knees[best], 1e-3
+    for _ in range(2):
+        fine = step / 100.0
+        knees = centre + np.arange(-100, 101) * fine
+        knees = knees[(knees >= lo - 1e-12) & (knees <= 1.0 + 1e-12)]
+        knees = np.clip(knees, lo, 1.0)
+        amp, sse = profile(knees)
+        best = int(np.argmin(sse))
+        centre, step = knees[best], fine
+    return float(amp[best]), float(centre)
+
+
+def _r2(y: np.ndarray, fitted: np.ndarray) -> float:
+    sst = float(np.sum((y - y.mean()) ** 2))
+    return 1.0 - float(np.sum((y - fitted) ** 2)) / sst if sst > 0 else 1.0
+
+
+def level_means(p: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each point replaced by the mean of y at its p: the least-squares best of ANY function of p alone."""
+    _, inverse = np.unique(p, return_inverse=True)
+    return (np.bincount(inverse, weights=y) / np.bincount(inverse))[inverse]
+
+
+def fit_quality(p: np.ndarray, y: np.ndarray, fitted: np.ndarray) -> dict[str, float | int]:
+    resid = y - fitted
+    return {
+        "n": int(y.size),
+        "r2": _r2(y, fitted),
+        "r2_best_function_of_p": _r2(y, level_means(p, y)),  # ceiling: the rest is spread between workloads
+        "rmse": float(np.sqrt(np.mean(resid**2))),
+        "max_abs_error": float(np.max(np.abs(resid))),
+    }
+
+
+def level_table(p: np.ndarray, speed: np.ndarray, power: np.ndarray, curve: PowerLimitCurve) -> list[dict]:
+    """Measured mean and median per power-limit level next to the fitted curve."""
+    out = []
+    for level in np.unique(p):
+        m = p == level
+        s, w = speed[m], power[m]
+        out.append(
+            {
+                "p": float(level),
+                "n": int(m.sum()),
+                "speed_mean": float(s.mean()),
+                "speed_median": float(np.median(s)),
+                "speed_fit": float(curve.speed(level)),
+                "power_mean": float(w.mean()),
+                "power_median": float(np.median(w)),
+                "power_fit": float(curve.power(level)),
+                "energy_median": float(np.median(w / s)),
+                "energy_fit": float(curve.relative_energy(level)),
+            }
+        )
+    return out
+
+
+def fit_curve(p: np.ndarray, speed: np.ndarray, power: np.ndarray) -> PowerLimitCurve:
+    a, b = fit_knee(p, speed, exponent=2)
+    k, q = fit_knee(p, power, exponent=1)
+    curve = PowerLimitCurve(a=a, b=b, k=min(k, 1.0), q=q, p_min=float(np.min(p)))
+    if curve.speed(curve.p_min) <= 0:
+        raise WattschedError(f"speed fit is not positive at p = {curve.p_min:.3f}: a = {a:.4g}, b = {b:.4g}")
+    return curve
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
+
+
+def _rounded(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return _round(obj)
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
+def _fit_entry(points: list[ZeusPoints], inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    p = np.concatenate([z.p for z in points])
+    s = np.concatenate([z.speed for z in points])
+    w = np.concatenate([z.power for z in points])
+    optimum = np.concatenate([z.optimum_p for z in points])
+    curve = fit_curve(p, s, w)
+    entry = {
+        "inputs": inputs,
+        "configurations": int(optimum.size),
+        "p_min": curve.p_min,
+        "p_max": 1.0,
+        "speed": {"a": curve.a, "b": curve.b, **fit_quality(p, s, curve.speed(p))},
+        "power": {
+            "k": curve.k,
+            "q": curve.q,
+            "c0": curve.c0,
+            "c1": curve.c1,
+            **fit_quality(p, w, curve.power(p)),
+        },
+        "energy_optimal_p_fit": curve.energy_optimal_p(),
+        "energy_optimal_p_measured_median": float(np.median(optimum)),
+    }
+    if len(points) == 1:  # pooled levels mix GPUs with different maximum limits; a table would mislead
+        entry["levels"] = level_table(p, s, w, curve)
+    return entry
+
+
+def fit_zeus_curves(data_dir: str | Path | None = None) -> dict[str, Any]:
+    """Fit every Zeus GPU and the pooled generic curve; returns the ``dvfs_fit.json`` document."""
+    per_gpu: dict[str, ZeusPoints] = {}
+    inputs: dict[str, dict[str, Any]] = {}
+    for gpu in ZEUS_GPUS:
+        path = registry.locate(ZEUS_DATASET, zeus_file(gpu), data_dir)
+        z = read_zeus_power(path)
+        per_gpu[gpu] = z
+        inputs[gpu] = {
+            "file": f"{ZEUS_DATASET}/{zeus_file(gpu)}",
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "rows": z.rows,
+            "rows_excluded_workloads": z.rows_excluded,
+            "configurations_without_reference": z.configs_without_reference,
+            "power_limit_max_w": z.power_limit_max_w,
+        }
+    fits = {gpu: _fit_entry([per_gpu[gpu]], [inputs[gpu]]) for gpu in ZEUS_GPUS}
+    fits[GENERIC] = _fit_entry([per_gpu[g] for g in ZEUS_GPUS], [inputs[g] for g in ZEUS_GPUS])
+    doc = {
+        "schema": FIT_SCHEMA,
+        "description": "Power-limit response curves fitted to the Zeus NSDI'23 traces (see docs/dvfs.md)",
+        "source": "ml-energy/zeus examples/research_reproducibility/zeus_nsdi23/trace (Apache-2.0); "
+        "You et al., NSDI'23",
+        "generated_by": "python tools/fit_dvfs.py",
+        "model": {
+            "p": "power limit / maximum power limit of the GPU",
+            "speed": "1 - a * max(0, 1 - p/b)^2",
+            "power": "1 - k * max(0, 1 - p/q) = min(1, c0 + c1*p)",
+            "normalisation": "each (dataset, network, batch_size, optimizer) divided by its own row at the "
+            "maximum limit; speed = 1/time_per_epoch, power = average_power; reference rows not fitted",
+            "excluded": [f"{d}/{n}" for d, n in EXCLUDED_WORKLOADS],
+            "generic": "all four GPUs pooled, each normalised to its own maximum limit",
+        },
+        "fits": fits,
+    }
+    return _rounded(doc)
+
+
+def fit_differences(new: Any, old: Any, tol: float = 1e-9, where: str = "") -> list[str]:
+    """Differences between two fit documents: numbers beyond `tol` (absolute), anything else unequal."""
+    if isinstance(new, Mapping) and isinstance(old, Mapping):
+        out = [f"{where}/{k}: only in one document" for k in sorted(set(new) ^ set(old))]
+        for k in new:
+            if k in old:
+                out += fit_differences(new[k], old[k], tol, f"{where}/{k}")
+        return out
+    if isinstance(new, list) and isinstance(old, list):
+        if len(new) != len(old):
+            return [f"{where}: {len(new)} items vs {len(old)}"]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(new, old, strict=True))
+            for d in fit_differences(x, y, tol, f"{where}[{i}]")
+        ]
+    numbers = (int, float)
+    if isinstance(new, numbers) and isinstance(old, numbers) and not isinstance(new, bool):
+        return [] if abs(new - old) <= tol else [f"{where}: {new!r} vs {old!r}"]
+    return [] if new == old else [f"{where}: {new!r} vs {old!r}"]
+
+
+def format_fit_table(doc: Mapping[str, Any]) -> str:
+    """The fit-quality table (markdown) of a fit document."""
+    head = (
+        "| curve | n | p range | speed a | speed b | speed R² | speed RMSE | speed max err | power c0 | power c1 "
+        "| power knee q | power R² | power RMSE | power max err | E-opt p (fit) | E-opt p (measured median) |"
+    )
+    lines = [head, "|" + "---|" * 16]
+    for name, f in doc["fits"].items():
+        s, w = f["speed"], f["power"]
+        lines.append(
+            f"| {name} | {s['n']} | {f['p_min']:.3f}-{f['p_max']:.2f} | {s['a']:.4f} | {s['b']:.4f} | "
+            f"{s['r2']:.3f} | {s['rmse']:.4f} | {s['max_abs_error']:.3f} | {w['c0']:.4f} | {w['c1']:.4f} | "
+            f"{w['q']:.4f} | {w['r2']:.3f} | {w['rmse']:.4f} | {w['max_abs_error']:.3f} | "
+            f"{f['energy_optimal_p_fit']:.3f} | {f['energy_optimal_p_measured_median']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def fit_json_text(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+@cache
+def stored_fit() -> dict[str, Any]:
+    """The committed ``dvfs_fit.json`` (package data)."""
+    return json.loads(resources.files("wattsched.energy").joinpath(FIT_FILE).read_text(encoding="utf-8"))
+
+
+def curve_from_fit(entry: Mapping[str, Any]) -> PowerLimitCurve:
+    return PowerLimitCurve(
+        a=entry["speed"]["a"],
+        b=entry["speed"]["b"],
+        k=entry["power"]["k"],
+        q=entry["power"]["q"],
+        p_min=entry["p_min"],
+    )
+
+
+@cache
+def zeus_curve(name: str) -> PowerLimitCurve:
+    """The stored curve 'v100', 'a40', 'rtx6000', 'p100' or 'generic'."""
+    fits = stored_fit()["fits"]
+    if name not in fits:
+        raise WattschedError(f"no power-limit curve '{name}'; known: {', '.join(fits)}")
+    return curve_from_fit(fits[name])
+
+
+def response_source(gpu: str) -> str:
+    """Which fitted Zeus curve a catalog GPU uses: its own measurements, or the pooled 'generic' fit."""
+    gpu_model(gpu)  # unknown names raise UnknownNameError
+    return ZEUS_CURVE_OF_GPU.get(gpu, GENERIC)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HKBU SM/memory clock model
+# ---------------------------------------------------------------------------------------------------------------
+
+FM_MIN, FM_MAX = 0.5, 1.2  # memory-clock clip of the closed-form optimum (normalised to base)
+VC_MIN, VC_STEP = 0.5, 0.05  # the Vc search grid: Vc = 0.5 + 0.05 i
+
+
+@dataclass(frozen=True)
+class HkbuParams:
+    """HKBU time/power model of one task; times in units of t* = t(1, 1) when t0 + D = 1, powers in W."""
+
+    t0: float
+    D: float
+    delta: float  # share of the clock-dependent time that scales with the core clock
+    p0: float  # clock-independent power
+    gamma: float  # memory-clock power coefficient
+    cg: float  # core-clock power coefficient
+    vc_steps: int = 16  # Vc grid size (2070S: 13, Vc <= 1.1; 1080Ti: 16, Vc <= 1.25)
+    label: str = ""
+
+    @property
+    def t_star(self) -> float:
+        return self.t0 + self.D
+
+    @property
+    def p_star(self) -> float:
+        return self.p0 + self.gamma + self.cg
+
+    @property
+    def vc_grid(self) -> np.ndarray:
+        return (VC_MIN + VC_STEP * np.arange(self.vc_steps)).round(12)  # 1.2, not 1.2000000000000002
+
+
+# Median of HKBU kernel fits (energy-models.md §5): CUDA kernels, not DNN training, measured on consumer GPUs.
+HKBU_2070S_MEDIAN = HkbuParams(
+    t0=0.065,
+    D=0.935,
+    delta=0.69,
+    p0=74.0,
+    gamma=50.0,
+    cg=10.3,
+    vc_steps=13,
+    label="median of HKBU kernel fits, GTX 2070S (kernels, not DNNs)",
+)
+HKBU_1080TI_MEDIAN = HkbuParams(
+    t0=0.067,
+    D=0.933,
+    delta=0.62,
+    p0=100.0,
+    gamma=82.0,
+    cg=12.1,
+    vc_steps=16,
+    label="median of HKBU kernel fits, GTX 1080Ti (kernels, not DNNs)",
+)
+HKBU_DEFAULT = HKBU_2070S_MEDIAN
+
+
+def core_voltage(fc: ArrayLike) -> np.ndarray:
+    """Vc(fc) = 2 (fc - 0.5)^2 + 0.5 (normalised core voltage; the model is used on the branch fc >= 0.5)."""
+    fc = np.asarray(fc, dtype=np.float64)
+    return 2.0 * (fc - 0.5) ** 2 + 0.5
+
+
+def core_clock_for_voltage(vc: ArrayLike) -> np.ndarray:
+    """Inverse of core_voltage on fc >= 0.5."""
+    vc = np.asarray(vc, dtype=np.float64)
+    return np.sqrt((vc - 0.5) / 2.0) + 0.5
+
+
+def hkbu_time(params: HkbuParams, fc: ArrayLike, fm: ArrayLike) -> np.ndarray:
+    fc, fm = np.asarray(fc, dtype=np.float64), np.asarray(fm, dtype=np.float64)
+    return params.t0 + params.D * (params.delta / fc + (1.0 - params.delta) / fm)
+
+
+def hkbu_power(params: HkbuParams, fc: ArrayLike, fm: ArrayLike) -> np.ndarray:
+    fc, fm = np.asarray(fc, dtype=np.float64), np.asarray(fm, dtype=np.float64)
+    return params.p0 + params.gamma * fm + params.cg * core_voltage(fc) ** 2 * fc
+
+
+def hkbu_energy(params: HkbuParams, fc: ArrayLike, fm: ArrayLike) -> np.ndarray:
+    return hkbu_power(params, fc, fm) * hkbu_time(params, fc, fm)
+
+
+def optimal_memory_clock(params: HkbuParams, vc: ArrayLike) -> np.ndarray:
+    """Energy-optimal memory clock for core voltage Vc (core clock fc(Vc)), clipped to [0.5, 1.2].
+
+    E(fm) = (A + gamma fm)(B + C/fm) with A = p0 + cg Vc^2 fc, B = t0 + D delta/fc, C = D (1 - delta) is convex
+    in fm > 0; dE/dfm = gamma B - A C / fm^2 = 0 gives fm* = sqrt(A C / (gamma B)), so clipping is exact.
+    """
+    vc = np.asarray(vc, dtype=np.float64)
+    fc = core_clock_for_voltage(vc)
+    a = params.p0 + params.cg * vc**2 * fc
+    b = params.t0 + params.D * params.delta / fc
+    c = params.D * (1.0 - params.delta)
+    with np.errstate(divide="ignore", over="ignore"):  # B = 0 (t0 = 0, delta = 0): E falls with fm, fm* = inf
+        fm = np.sqrt(a * c / (params.gamma * b)) if params.gamma > 0 else np.full_like(vc, np.inf)
+    return np.clip(fm, FM_MIN, FM_MAX)
+
+
+@dataclass(frozen=True)
+class HkbuSetting:
+    vc: float
+    fc: float
+    fm: float
+    time: float
+    power: float
+    energy: float
+
+
+def _setting(params: HkbuParams, vc: float, fm: float) -> HkbuSetting:
+    fc = float(core_clock_for_voltage(vc))
+    t = float(hkbu_time(params, fc, fm))
+    p = float(hkbu_power(params, fc, fm))
+    return HkbuSetting(float(vc), fc, float(fm), t, p, t * p)
+
+
+def minimum_time(params: HkbuParams) -> float:
+    """Fastest setting of the grid: top Vc, fm = 1.2."""
+    return float(hkbu_time(params, core_clock_for_voltage(params.vc_grid[-1]), FM_MAX))
+
+
+def energy_optimal_setting(params: HkbuParams = HKBU_DEFAULT) -> HkbuSetting:
+    """Minimum-energy (Vc, fm*) over the Vc grid, with fm* from the closed form."""
+    return theta_adjust(math.inf, params)
+
+
+def theta_adjust(time_bound: float, params: HkbuParams = HKBU_DEFAULT) -> HkbuSetting:
+    """Minimum-energy setting with t <= time_bound over the Vc grid.
+
+    A bound below the fastest grid setting is raised to it (t_theta = max(theta t_hat, t_min), energy-models.md
+    §5). For each Vc, time falls with fm and E is convex in fm: if fm* meets the bound it is the answer, else the
+    least fm that does, fm_need = D (1 - delta) / (bound - t0 - D delta / fc), if fm = 1.2 meets the bound.
+    """
+    bound = max(float(time_bound), minimum_time(params))
+    tol = 1e-12 * bound  # bound == t_min must stay feasible despite rounding
+    vc = params.vc_grid
+    fc = core_clock_for_voltage(vc)
+    fm_opt = optimal_memory_clock(params, vc)
+    ok_opt = hkbu_time(params, fc, fm_opt) <= bound + tol
+    ok_max = hkbu_time(params, fc, FM_MAX) <= bound + tol
+    slack = bound - params.t0 - params.D * params.delta / fc
+    need = params.D * (1.0 - params.delta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fm_need = np.where(slack > 0, need / np.where(slack > 0, slack, 1.0), np.inf)
+    fm = np.where(ok_opt, fm_opt, np.clip(fm_need, fm_opt, FM_MAX))
+    feasible = ok_opt | ok_max
+    if not feasible.any():  # cannot happen for bound >= t_min, kept as a guard
+        return _setting(params, float(vc[-1]), FM_MAX)
+    energy = np.where(feasible, hkbu_energy(params, fc, fm), np.inf)
+    best = int(np.argmin(energy))
+    return _setting(params, float(vc[best]), float(fm[best]))
+
+
+def sm_clock_curve(f: ArrayLike, params: HkbuParams = HKBU_DEFAULT) -> tuple[np.ndarray, np.ndarray]:
+    """(speed, dynamic power scale) at core clock fraction f with the memory clock left at 1.
+
+    speed = t(1, 1) / t(f, 1); the dynamic (clock-dependent) HKBU power is gamma fm + cg Vc^2 fc, so the scale
+    is (gamma + cg Vc(f)^2 f) / (gamma + cg). Both are 1 at f = 1.
+    """
+    f = np.asarray(f, dtype=np.float64)
+    speed = params.t_star / hkbu_time(params, f, 1.0)
+    scale = (params.gamma + params.cg * core_voltage(f) ** 2 * f) / (params.gamma + params.cg)
+    return speed, scale
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The simulator interface
+# ---------------------------------------------------------------------------------------------------------------
+
+SM_CLOCK_MODEL_MIN = 0.5  # Vc(fc) is only monotone for fc >= 0.5
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class GpuSetting:
+    """A per-job GPU setting: exactly one field set, or neither (run unconstrained at the maximum)."""
+
+    power_limit_fraction: float | None = None  # PL / PLmax (catalog power_limit_max_w)
+    sm_clock_fraction: float | None = None  # f / f_max (catalog sm_clock_max_mhz)
+
+    def __post_init__(self) -> None:
+        if self.power_limit_fraction is not None and self.sm_clock_fraction is not None:
+            raise WattschedError("GpuSetting: set a power limit or an SM clock, not both")
+        for name in ("power_limit_fraction", "sm_clock_fraction"):
+            v = getattr(self, name)
+            if v is not None and not math.isfinite(v):
+                raise WattschedError(f"GpuSetting: {name} must be finite, got {v!r}")
+
+
+DEFAULT_SETTING = GpuSetting()
+
+
+def power_limit_range(gpu: str) -> tuple[float, float]:
+    """Allowed p = PL/PLmax: the catalog minimum limit and the fitted curve's range, whichever is tighter."""
+    model = gpu_model(gpu)
+    curve = zeus_curve(response_source(gpu))
+    return max(model.power_limit_min_w / model.power_limit_max_w, curve.p_min), 1.0
+
+
+def sm_clock_range(gpu: str) -> tuple[float, float]:
+    model = gpu_model(gpu)
+    return max(model.sm_clock_min_mhz / model.sm_clock_max_mhz, SM_CLOCK_MODEL_MIN), 1.0
+
+
+def _check_range(
+    gpu: str, what: str, values: np.ndarray, bounds: tuple[float, float], unit: str, full: float, why: str
+) -> None:
+    lo, hi = bounds
+    bad = (values < lo - _EPS) | (values > hi + _EPS) | ~np.isfinite(values)
+    if np.any(bad):
+        v = float(values[np.argmax(bad)])
+        raise WattschedError(
+            f"{gpu}: {what} fraction {v:g} ({v * full:.0f} {unit}) is outside the allowed range "
+            f"{lo:.4g}-{hi:g} ({lo * full:.0f}-{hi * full:.0f} {unit}; {why})"
+        )
+
+
+def _dynamic_scale(model: GpuModel, total_relative: np.ndarray) -> np.ndarray:
+    """Relative total board power (what Zeus measures, idle included) -> multiplier on (P_busy - P_idle), so that
+    a fully busy GPU draws exactly power(p) x max_w. Not capped at the limit: the curve is the Zeus job mix's
+    mean, whose unconstrained draw is ~0.7 PLmax, and a cap at p x max_w would override it everywhere
+    (docs/dvfs.md, limitations)."""
+    scale = (total_relative * model.max_w - model.idle_w) / (model.max_w - model.idle_w)
+    return np.clip(scale, 0.0, 1.0)
+
+
+def power_limit_response(gpu: str, p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised (speed, power_scale) of a catalog GPU at power-limit fractions p."""
+    model = gpu_model(gpu)
+    p = np.asarray(p, dtype=np.float64)
+    lo, hi = power_limit_range(gpu)
+    source = response_source(gpu)
+    curve = zeus_curve(source)
+    why = f"catalog minimum {model.power_limit_min_w:g} W, Zeus '{source}' curve fitted for p >= {curve.p_min:.4g}"
+    _check_range(gpu, "power limit", np.atleast_1d(p), (lo, hi), "W", model.power_limit_max_w, why)
+    p = np.clip(p, lo, hi)
+    return np.minimum(curve.speed(p), 1.0), _dynamic_scale(model, curve.power(p))
+
+
+def sm_clock_response(
+    gpu: str, f: ArrayLike, params: HkbuParams = HKBU_DEFAULT
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised (speed, power_scale) of a catalog GPU at SM-clock fractions f (memory clock unchanged)."""
+    model = gpu_model(gpu)
+    f = np.asarray(f, dtype=np.float64)
+    lo, hi = sm_clock_range(gpu)
+    why = (
+        f"catalog minimum {model.sm_clock_min_mhz:g} MHz, HKBU voltage model needs f >= {SM_CLOCK_MODEL_MIN}"
+    )
+    _check_range(gpu, "sm clock", np.atleast_1d(f), (lo, hi), "MHz", model.sm_clock_max_mhz, why)
+    return sm_clock_curve(np.clip(f, lo, hi), params)
+
+
+@lru_cache(maxsize=4096)
+def dvfs_response(gpu_model_name: str, setting: GpuSetting) -> tuple[float, float]:
+    """(speed, power_scale): job progress-rate multiplier in (0, 1] and the multiplier on the busy GPU's
+    dynamic power (P_busy - P_idle) relative to running unconstrained."""
+    if setting.power_limit_fraction is not None:
+        s, w = power_limit_response(gpu_model_name, setting.power_limit_fraction)
+    elif setting.sm_clock_fraction is not None:
+        s, w = sm_clock_response(gpu_model_name, setting.sm_clock_fraction)
+    else:
+        gpu_model(gpu_model_name)  # unknown names still raise
+        return 1.0, 1.0
+    return float(s), float(w)
+
+
+def relative_energy_per_work(gpu: str, p: ArrayLike) -> np.ndarray:
+    """GPU energy per unit of work at power-limit fraction p relative to p = 1, idle power included."""
+    model = gpu_model(gpu)
+    speed, scale = power_limit_response(gpu, p)
+    span = model.max_w - model.idle_w
+    return (model.idle_w + span * scale) / speed / model.max_w
+
+
+@cache
+def energy_optimal_power_limit(gpu: str) -> float:
+    """Power-limit fraction PL/PLmax (not watts) that minimises GPU energy per unit of work, on a 1e-4 grid."""
+    lo, hi = power_limit_range(gpu)
+    grid = optimum_grid(lo, hi)
+    return float(grid[np.argmin(relative_energy_per_work(gpu, grid))])

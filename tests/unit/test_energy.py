@@ -1,0 +1,213 @@
+"""Energy layer: power models, node power states, accounting identities, cost and carbon."""
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_cluster, make_jobs, require_real_file
+from wattsched.core.cluster import ClusterState
+from wattsched.energy.accounting import EnergyAccountant
+from wattsched.energy.power_models import POWER_MODELS
+from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
+from wattsched.energy.signals import GridSignal, align
+from wattsched.energy.utilisation import job_gpu_load
+from wattsched.engine.temporal import STATUS_DONE, Simulator
+from wattsched.experiments.cluster_power import cluster_power_table
+from wattsched.experiments.config import SimulationConfig
+from wattsched.experiments.run import run_simulation
+from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+
+CLUSTER = make_cluster([(8, "A100", 64_000, 10**6), (4, "V100", 32_000, 10**6), (2, "T4", 16_000, 10**6)])
+
+
+def simulate(
+    jobs,
+    spec=CLUSTER,
+    model="linear",
+    manager="always-on",
+    pue=1.0,
+    base=None,
+    price=None,
+    carbon=None,
+    **states,
+):
+    power = POWER_MODELS.create(model)
+    controller = NodePowerController(POWER_MANAGERS.create(manager), PowerStateConfig(**states))
+    accountant = EnergyAccountant(
+        power,
+        job_gpu_load(jobs),
+        node_base_w=power.default_node_base_w if base is None else base,
+        pue=pue,
+        controller=controller,
+        price=price,
+        carbon=carbon,
+    )
+    sim = Simulator(
+        jobs,
+        spec,
+        QUEUE_POLICIES.create("fifo"),
+        PLACEMENT_POLICIES.create("first-fit"),
+        np.random.default_rng(0),
+        observers=[controller, accountant],
+        check_invariants=True,
+    )
+    out = sim.run()
+    return sim, out, accountant, controller
+
+
+def idle_watts(spec, model):
+    m = POWER_MODELS.create(model)
+    m.bind(spec)
+    return sum(w.gpu_idle + w.cpu for w in (m.idle_watts(n) for n in range(spec.num_nodes)))
+
+
+@pytest.mark.parametrize("model", ["binary", "linear"])
+def test_idle_cluster_uses_exactly_idle_power_times_duration(model):
+    horizon = 7_200.0
+    jobs = make_jobs([{"submit": 0, "duration": horizon, "gpus": 0, "cpu": 0}])  # holds nothing
+    _, _, acc, _ = simulate(jobs, model=model, base=25.0)
+    expected = (idle_watts(CLUSTER, model) + 25.0 * CLUSTER.num_nodes) * horizon
+    assert sum(acc.energy_j.values()) == pytest.approx(expected, rel=1e-12)
+    assert acc.energy_j["gpu_active"] == 0.0
+
+
+def test_components_sum_to_total_and_pue_overhead():
+    rows = [
+        {"submit": i * 50.0, "duration": 300 + 40 * i, "gpus": [1, 2, 4, 1][i % 4], "cpu": 4000}
+        for i in range(30)
+    ]
+    rows += [{"submit": 10.0, "duration": 500, "gpus": 1, "milli": 500, "cpu": 1000}]
+    _, out, acc, _ = simulate(make_jobs(rows), pue=1.5)
+    summary = acc.summary(allocated_gpu_seconds=1.0)
+    parts = summary["energy_by_component_kwh"]
+    assert sum(parts.values()) == pytest.approx(summary["energy_kwh"], rel=1e-12)
+    it = sum(v for k, v in parts.items() if k != "facility_overhead")
+    assert parts["facility_overhead"] == pytest.approx(0.5 * it, rel=1e-12)
+    assert (out.status == STATUS_DONE).all()
+    assert summary["peak_power_kw"] * 1000 >= summary["avg_power_kw"] * 1000 > 0
+
+
+def test_linear_model_caps_summed_sharer_utilisation():
+    spec = make_cluster([(1, "V100", 8000, 10**6)])
+    model = POWER_MODELS.create("linear")
+    model.bind(spec)
+    state = ClusterState(spec)
+    state.allocate(0, (0,), 400, 0, 0)
+    state.allocate(0, (0,), 400, 0, 0)
+    w = model.node_watts(state, [[0.6]], 0)
+    assert w.gpu_busy == pytest.approx(30 + 270 * 0.6)  # V100: 30 W idle, 300 W max
+    w = model.node_watts(state, [[1.7]], 0)
+    assert w.gpu_busy == pytest.approx(300.0)
+    binary = POWER_MODELS.create("binary")
+    binary.bind(spec)
+    assert binary.node_watts(state, [[0.1]], 0).gpu_busy == 300.0  # any allocation -> TDP
+
+
+def test_job_load_uses_trace_then_model_then_class_defaults():
+    jobs = make_jobs([{"gpus": 1}, {"gpus": 1, "milli": 500}, {"gpus": 0}])
+    jobs.model_name[:] = ["ncf", "resnet50", ""]
+    jobs.gpu_util[0] = 0.5
+    load = job_gpu_load(jobs)
+    assert load.tolist() == pytest.approx([0.5, 0.9 * 0.5, 0.0])
+
+
+def test_off_node_boots_and_the_work_waits_for_it():
+    spec = make_cluster([(4, "V100", 32_000, 10**6)])
+    jobs = make_jobs([{"submit": 0, "duration": 5, "gpus": 1}, {"submit": 50, "duration": 10, "gpus": 2}])
+    _, out, acc, ctrl = simulate(
+        jobs, spec, manager="idle-timeout", idle_timeout_s=10, boot_time_s=100, shutdown_time_s=0
+    )
+    assert out.start_s.tolist() == [0.0, 150.0]  # node off at 15, booted on demand at 50, ready at 150
+    assert ctrl.boots == 1 and ctrl.shutdowns >= 1
+    assert ctrl.node_seconds_off == pytest.approx(50 - 15)
+    idle = idle_watts(spec, "linear") + 100.0
+    assert acc.energy_j["power_transitions"] == pytest.approx(idle * 100)
+
+
+def test_constant_price_gives_price_times_energy():
+    start = datetime(2023, 1, 1, tzinfo=UTC)
+    flat = GridSignal("price", "price", "USD/MWh", "TEST", 2023, "UTC", start, np.full(8760, 42.0))
+    flat_ci = GridSignal(
+        "carbon_direct", "carbon", "gCO2eq/kWh", "TEST", 2023, "UTC", start, np.full(8760, 42.0)
+    )
+    anchor = {"rule": "offset", "grid_start": datetime(2023, 3, 1, 7, 30, tzinfo=UTC)}
+    rows = [{"submit": i * 100.0, "duration": 900, "gpus": 1 + i % 3} for i in range(20)]
+    _, _, acc, _ = simulate(
+        make_jobs(rows), price=align(flat, None, **anchor), carbon=align(flat_ci, None, **anchor)
+    )
+    summary = acc.summary(1.0)
+    assert summary["cost_usd"] == pytest.approx(42.0 * summary["energy_kwh"] / 1000, rel=1e-9)
+    assert summary["co2_kg"] == pytest.approx(42.0 * summary["energy_kwh"] / 1000, rel=1e-9)  # 42 g/kWh
+
+
+def _bursty(manager):
+    cfg = SimulationConfig(
+        power_manager=manager,
+        seed=11,
+        check_invariants=True,
+        synthetic={"num_jobs": 600, "arrival": "bursty", "mean_interarrival_s": 300, "burst_amplitude": 0.95},
+    )
+    return run_simulation(cfg).summary
+
+
+def test_idle_timeout_saves_energy_on_a_bursty_trace_and_reports_the_delay():
+    always, timeout = _bursty("always-on"), _bursty("idle-timeout")
+    assert timeout["energy_kwh"] < always["energy_kwh"]
+    assert timeout["node_hours_off"] > 0 and timeout["node_boots"] > 0
+    assert always["node_hours_off"] == 0
+    extra_delay = timeout["queue_delay_s"]["mean"] - always["queue_delay_s"]["mean"]
+    print(
+        f"idle-timeout: {1 - timeout['energy_kwh'] / always['energy_kwh']:.1%} less energy, "
+        f"+{extra_delay:.0f} s mean queueing delay"
+    )
+    assert extra_delay >= 0  # jobs may wait for boots, never less than with every node on
+
+
+def test_forecast_manager_keeps_fewer_nodes_on_than_always_on():
+    forecast, always = _bursty("forecast"), _bursty("always-on")
+    assert forecast["energy_kwh"] < always["energy_kwh"]
+    assert forecast["jobs_completed"] == always["jobs_completed"] == 600
+    assert any("reconstruction" in n for n in forecast["notes"])
+
+
+def test_energy_keys_in_summary():
+    s = run_simulation(SimulationConfig(synthetic={"num_jobs": 100})).summary
+    for key in (
+        "energy_kwh",
+        "energy_by_component_kwh",
+        "avg_power_kw",
+        "peak_power_kw",
+        "cost_usd",
+        "co2_kg",
+        "energy_per_gpu_hour_kwh",
+        "node_hours_off",
+    ):
+        assert key in s
+    assert s["cost_usd"] is None and any("--region" in n for n in s["notes"])  # no region: said, not guessed
+
+
+def test_binary_idle_alibaba_cluster_is_230100_w():
+    require_real_file("alibaba-gpu-v2023", "csv/openb_node_list_gpu_node.csv")
+    table = cluster_power_table("alibaba-v2023", "binary", None)
+    assert table["idle"]["cpu"] == 55_665 and table["idle"]["gpu"] == 174_435
+    assert table["idle"]["total"] == 230_100
+    assert table["fully allocated"]["total"] == 1_474_110
+
+
+def test_philly_idle_timeout_with_caiso_prices(tmp_path):
+    require_real_file("philly-pollux", "philly.csv")
+    require_real_file("electricity-prices-greendcc", "processed/US-CAL-CISO_electricity_prices_2023.csv")
+    common = dict(
+        workload="philly",
+        cluster="philly",
+        placement="best-fit",
+        power_model="linear",
+        region="US-CAL-CISO",
+        year=2023,
+    )
+    timeout = run_simulation(SimulationConfig(power_manager="idle-timeout", **common)).summary
+    always = run_simulation(SimulationConfig(power_manager="always-on", **common)).summary
+    assert always["energy_kwh"] > timeout["energy_kwh"] > 0
+    assert timeout["cost_usd"] > 0 and timeout["co2_kg"] > 0
+    assert timeout["energy_model"]["price"]["trace_start_utc"].startswith("2017-09-04")
