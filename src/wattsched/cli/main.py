@@ -13,6 +13,7 @@ from ..experiments.run import run_simulation
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from .common import console, progress_bar, user_errors
 from .data import data_app
+from .experiment import experiment_app
 from .signals import signals_app
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app.add_typer(data_app, name="data", help="List, fetch and verify the public dat
 app.add_typer(
     signals_app, name="signals", help="Inspect hourly electricity prices and grid carbon intensity."
 )
+app.add_typer(experiment_app, name="experiment", help="Reproduction experiments (policy x seed grids).")
 
 
 def print_summary(summary: dict[str, Any], out: Path | None) -> None:

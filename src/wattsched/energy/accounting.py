@@ -50,7 +50,7 @@ class EnergyAccountant(Observer):
         self.off_power_w = off_power_w
         self.price = price
         self.carbon = carbon
-        self.energy_j = dict.fromkeys(COMPONENTS, 0.0)
+        self._energy = [0.0] * len(COMPONENTS)
         self.peak_w = 0.0
         self.span_s = 0.0
         self._intervals = GrowableColumns(("t0", "t1", "power_w")) if (price or carbon) else None
@@ -64,46 +64,73 @@ class EnergyAccountant(Observer):
         n = spec.num_nodes
         width = max(spec.max_gpus_per_node, 1)
         self.gpu_load = [[0.0] * width for _ in range(n)]
-        self.rows = [(0.0, 0.0, 0.0, 0.0, 0.0)] * n  # gpu_active, gpu_idle, cpu, base, transition
+        self.rows = [[0.0] * 5 for _ in range(n)]  # gpu_active, gpu_idle, cpu, base, transition
         self.totals = [0.0] * 5
+        self._milli = sim.jobs.gpu_milli.tolist()
+        self._load = np.asarray(self.job_load, dtype=np.float64).tolist()
         for node in range(n):
             self._refresh(sim, node)
 
     def _refresh(self, sim: Simulator, node: int) -> None:
-        state = ON if self.controller is None else int(self.controller.power_state[node])
-        if state == ON:
-            w = self.model.node_watts(sim.state, self.gpu_load, node)
-            row = (w.gpu_busy, w.gpu_idle, w.cpu, self.node_base_w, 0.0)
-        elif state == OFF:
-            row = (0.0, 0.0, 0.0, 0.0, self.off_power_w)
+        ctrl = self.controller
+        power_state = ON if ctrl is None else ctrl.power_state[node]
+        if power_state == ON:
+            busy, idle, cpu = self.model.node_watts(sim.state, self.gpu_load, node)
+            row = [busy, idle, cpu, self.node_base_w, 0.0]
+        elif power_state == OFF:
+            row = [0.0, 0.0, 0.0, 0.0, self.off_power_w]
         else:  # booting or shutting down: the node's idle draw, booked as a transition
-            idle = self.model.idle_watts(node)
-            row = (0.0, 0.0, 0.0, 0.0, idle.gpu_idle + idle.cpu + self.node_base_w)
+            w = self.model.idle_watts(node)
+            row = [0.0, 0.0, 0.0, 0.0, w.gpu_idle + w.cpu + self.node_base_w]
         old = self.rows[node]
         self.rows[node] = row
-        totals = self.totals
-        for k in range(5):
-            totals[k] += row[k] - old[k]
+        t = self.totals
+        t[0] += row[0] - old[0]
+        t[1] += row[1] - old[1]
+        t[2] += row[2] - old[2]
+        t[3] += row[3] - old[3]
+        t[4] += row[4] - old[4]
 
     def node_changed(self, sim: Simulator, node: int) -> None:
         self._refresh(sim, node)
 
-    def _apply_load(self, sim: Simulator, job: int, sign: float) -> None:
-        load = float(self.job_load[job])
-        if self.power_scale is not None:
-            load *= float(self.power_scale[job])
+    def _apply_job(self, sim: Simulator, job: int, sign: int) -> None:
+        """Update power for a job that just started (sign +1) or ended (-1): only its CPU and its GPUs change,
+        so the update is a delta per touched GPU rather than a whole-node recompute."""
+        model = self.model
+        state = sim.state
+        totals = self.totals
+        milli = self._milli[job]
+        load = self._load[job] * (self.power_scale[job] if self.power_scale is not None else 1.0)
         for node, gpus, _, _ in sim.placements[job]:
-            if self.model.uses_load:
-                row = self.gpu_load[node]
-                for g in gpus:
-                    row[g] = max(row[g] + sign * load, 0.0)
-            self._refresh(sim, node)
+            row = self.rows[node]
+            cpu = model.cpu_watts(int(state.cpu_left[node]), node)
+            totals[2] += cpu - row[2]
+            row[2] = cpu
+            if not gpus:
+                continue
+            left_row = state.gpu_left[node]
+            loads = self.gpu_load[node]
+            d_busy = d_idle = 0.0
+            for g in gpus:
+                left_after = int(left_row[g])
+                load_before = loads[g]
+                load_after = load_before + load if sign > 0 else max(load_before - load, 0.0)
+                loads[g] = load_after
+                b0, i0 = model.gpu_watts(left_after + sign * milli, load_before, node)
+                b1, i1 = model.gpu_watts(left_after, load_after, node)
+                d_busy += b1 - b0
+                d_idle += i1 - i0
+            row[0] += d_busy
+            row[1] += d_idle
+            totals[0] += d_busy
+            totals[1] += d_idle
 
     def on_job_start(self, sim: Simulator, job: int) -> None:
-        self._apply_load(sim, job, 1.0)
+        self._apply_job(sim, job, 1)
 
     def on_job_end(self, sim: Simulator, job: int) -> None:
-        self._apply_load(sim, job, -1.0)
+        self._apply_job(sim, job, -1)
 
     # --- integration ----------------------------------------------------------------------------------------
     @property
@@ -113,14 +140,14 @@ class EnergyAccountant(Observer):
     def on_interval(self, sim: Simulator, t0: float, t1: float) -> None:
         dt = t1 - t0
         t = self.totals
-        e = self.energy_j
-        e["gpu_active"] += t[0] * dt
-        e["gpu_idle"] += t[1] * dt
-        e["cpu"] += t[2] * dt
-        e["node_base"] += t[3] * dt
-        e["power_transitions"] += t[4] * dt
+        e = self._energy
+        e[0] += t[0] * dt
+        e[1] += t[1] * dt
+        e[2] += t[2] * dt
+        e[3] += t[3] * dt
+        e[4] += t[4] * dt
         it = t[0] + t[1] + t[2] + t[3] + t[4]
-        e["facility_overhead"] += (self.pue - 1.0) * it * dt
+        e[5] += (self.pue - 1.0) * it * dt
         total = it * self.pue
         self.peak_w = max(self.peak_w, total)
         self.span_s += dt
@@ -140,6 +167,10 @@ class EnergyAccountant(Observer):
         )
 
     # --- results --------------------------------------------------------------------------------------------
+    @property
+    def energy_j(self) -> dict[str, float]:
+        return dict(zip(COMPONENTS, self._energy, strict=True))
+
     def summary(self, allocated_gpu_seconds: float) -> dict[str, Any]:
         total_j = sum(self.energy_j.values())
         kwh = total_j / J_PER_KWH

@@ -9,8 +9,7 @@ Node power = GPUs + CPU + node base (memory, NICs, fans, disks), times PUE for t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -24,8 +23,7 @@ from .binary import PWR_FALLBACK_CPU, CpuPowerSpec
 DEFAULT_NODE_BASE_W = 100.0
 
 
-@dataclass(frozen=True)
-class NodeWatts:
+class NodeWatts(NamedTuple):
     gpu_busy: float  # GPUs holding at least one job
     gpu_idle: float  # GPUs holding none
     cpu: float
@@ -38,7 +36,6 @@ class PowerModel:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     default_node_base_w: ClassVar[float] = DEFAULT_NODE_BASE_W
-    uses_load: ClassVar[bool] = True
 
     def __init__(self, cpu: CpuPowerSpec = PWR_FALLBACK_CPU):
         self.cpu = cpu
@@ -60,19 +57,27 @@ class PowerModel:
         """Power of node n with nothing running on it."""
         return NodeWatts(0.0, self.gpu_idle_w[n] * self.gpu_count[n], self.sockets[n] * self.cpu.idle_w)
 
-    def node_watts(self, state: ClusterState, gpu_load: list[list[float]], n: int) -> NodeWatts:
+    def gpu_watts(self, left: int, load: float, n: int) -> tuple[float, float]:
+        """(busy, idle) watts of one GPU of node n with `left` milli free and summed utilisation `load`."""
         raise NotImplementedError
+
+    def cpu_watts(self, cpu_left: int, n: int) -> float:
+        raise NotImplementedError
+
+    def node_watts(self, state: ClusterState, gpu_load: list[list[float]], n: int) -> NodeWatts:
+        busy = idle = 0.0
+        count = self.gpu_count[n]
+        for left, load in zip(state.gpu_left[n].tolist()[:count], gpu_load[n][:count], strict=True):
+            b, i = self.gpu_watts(left, load, n)
+            busy += b
+            idle += i
+        return NodeWatts(busy, idle, self.cpu_watts(int(state.cpu_left[n]), n))
 
     def pwr_cpu_watts(self, cpu_left: int, n: int) -> float:
         """PWR's socket model (fgd-pwr.md §7.1): a socket with any working core draws max power."""
         working = self.real_cores[n] - cpu_left // self._milli_per_core
         active = -(-working // self.cpu.cores_per_socket)
         return self.cpu.max_w * active + self.cpu.idle_w * (self.sockets[n] - active)
-
-    def linear_cpu_watts(self, cpu_left: int, n: int, cpu_cap: int) -> float:
-        """Sockets draw idle power plus the dynamic range in proportion to the allocated CPU share."""
-        used = 1.0 - cpu_left / cpu_cap if cpu_cap > 0 else 0.0
-        return self.sockets[n] * (self.cpu.idle_w + (self.cpu.max_w - self.cpu.idle_w) * used)
 
 
 POWER_MODELS: Registry[PowerModel] = Registry("power model")
@@ -86,16 +91,12 @@ class BinaryModel(PowerModel):
     name = "binary"
     description = "PWR model: allocated GPU at TDP, free GPU at idle; CPU sockets as the PWR code"
     default_node_base_w = 0.0
-    uses_load = False
 
-    def node_watts(self, state: ClusterState, gpu_load: list[list[float]], n: int) -> NodeWatts:
-        count = self.gpu_count[n]
-        free = int(state.free_gpus[n])
-        return NodeWatts(
-            (count - free) * self.gpu_max_w[n],
-            free * self.gpu_idle_w[n],
-            self.pwr_cpu_watts(int(state.cpu_left[n]), n),
-        )
+    def gpu_watts(self, left: int, load: float, n: int) -> tuple[float, float]:
+        return (self.gpu_max_w[n], 0.0) if left < MILLI else (0.0, self.gpu_idle_w[n])
+
+    def cpu_watts(self, cpu_left: int, n: int) -> float:
+        return self.pwr_cpu_watts(cpu_left, n)
 
 
 @POWER_MODELS.register("linear")
@@ -108,19 +109,25 @@ class LinearModel(PowerModel):
 
     def bind(self, spec: ClusterSpec) -> None:
         super().bind(spec)
-        self.cpu_cap = spec.cpu_milli.tolist()
+        # CPU: sockets draw idle power plus the dynamic range in proportion to the allocated CPU share,
+        # i.e. an affine function of milli-CPU left: full_w - per_milli_w * cpu_left.
+        cap = spec.cpu_milli.astype(np.float64)
+        sockets = np.asarray(self.sockets, dtype=np.float64)
+        self._cpu_full_w = (sockets * self.cpu.max_w).tolist()
+        span = sockets * (self.cpu.max_w - self.cpu.idle_w)
+        self._cpu_per_milli_w = np.divide(span, cap, out=np.zeros_like(span), where=cap > 0).tolist()
+        self._cpu_idle_if_empty = (sockets * self.cpu.idle_w).tolist()
 
-    def node_watts(self, state: ClusterState, gpu_load: list[list[float]], n: int) -> NodeWatts:
-        idle, peak = self.gpu_idle_w[n], self.gpu_max_w[n]
-        busy_w = idle_w = 0.0
-        count = self.gpu_count[n]
-        row = state.gpu_left[n].tolist()  # plain floats: numpy scalar reads cost more than the arithmetic
-        for left, load in zip(row[:count], gpu_load[n][:count], strict=True):
-            if left < MILLI:
-                busy_w += idle + (peak - idle) * (load if load < 1.0 else 1.0)
-            else:
-                idle_w += idle
-        return NodeWatts(busy_w, idle_w, self.linear_cpu_watts(int(state.cpu_left[n]), n, self.cpu_cap[n]))
+    def gpu_watts(self, left: int, load: float, n: int) -> tuple[float, float]:
+        idle = self.gpu_idle_w[n]
+        if left >= MILLI:
+            return 0.0, idle
+        return idle + (self.gpu_max_w[n] - idle) * (load if load < 1.0 else 1.0), 0.0
+
+    def cpu_watts(self, cpu_left: int, n: int) -> float:
+        if self._cpu_per_milli_w[n] == 0.0:
+            return self._cpu_idle_if_empty[n]  # a node without CPU capacity has nothing to allocate
+        return self._cpu_full_w[n] - self._cpu_per_milli_w[n] * cpu_left
 
 
 @POWER_MODELS.register("dvfs")

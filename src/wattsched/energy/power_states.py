@@ -8,6 +8,7 @@ by name: `always-on`, `idle-timeout`, `forecast`.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from itertools import islice
@@ -82,23 +83,54 @@ class IdleTimeout(PowerManager):
     name = "idle-timeout"
     description = "node off after an idle timeout, booted on demand (dynamic right-sizing)"
 
+    def __init__(self) -> None:
+        # Deadlines (time, node, idle_since) live here; the engine is woken only for the earliest valid one, so
+        # the many idle periods that end before their timeout cost no simulator event.
+        self._deadlines: list[tuple[float, int, float]] = []
+        self._wake_at = math.inf
+
     def on_start(self, ctrl: NodePowerController, sim: Simulator) -> None:
         for node in range(ctrl.spec.num_nodes):
             self.on_node_idle(ctrl, sim, node)
 
     def on_node_idle(self, ctrl: NodePowerController, sim: Simulator, node: int) -> None:
-        since = ctrl.idle_since[node]
+        deadline = ctrl.idle_since[node] + ctrl.config.idle_timeout_s
+        heapq.heappush(self._deadlines, (deadline, node, ctrl.idle_since[node]))
+        self._arm(ctrl, sim)
+
+    def _valid(self, ctrl: NodePowerController, sim: Simulator, node: int, since: float) -> bool:
+        return (
+            ctrl.power_state[node] == ON
+            and ctrl.idle_since[node] == since
+            and not sim.state.jobs_on_node[node]
+        )
+
+    def _arm(self, ctrl: NodePowerController, sim: Simulator) -> None:
+        heap = self._deadlines
+        while heap and not self._valid(ctrl, sim, heap[0][1], heap[0][2]):
+            heapq.heappop(heap)
+        if heap and heap[0][0] < self._wake_at:
+            self._wake_at = heap[0][0]
+            sim.schedule(self._wake_at, lambda s: self._expire(ctrl, s))
+
+    def _expire(self, ctrl: NodePowerController, sim: Simulator) -> None:
+        if sim.now < self._wake_at:
+            return  # superseded by an earlier wake-up that already ran
+        self._wake_at = math.inf
+        heap = self._deadlines
         timeout = ctrl.config.idle_timeout_s
-
-        def check(s: Simulator) -> None:
-            if ctrl.power_state[node] != ON or ctrl.idle_since[node] != since or s.state.jobs_on_node[node]:
-                return
-            if ctrl.wanted_by_waiting_work(s, node):
-                s.schedule(s.now + timeout, check)  # waiting work may need it soon (e.g. a gang's other half)
+        due = []
+        while heap and heap[0][0] <= sim.now:
+            _, node, since = heapq.heappop(heap)
+            if not self._valid(ctrl, sim, node, since):
+                continue
+            if ctrl.wanted_by_waiting_work(sim, node):
+                # Waiting work may need it soon (e.g. the other half of a gang): check again later.
+                heapq.heappush(heap, (sim.now + timeout, node, since))
             else:
-                ctrl.shutdown([node], s)
-
-        sim.schedule(since + timeout, check)
+                due.append(node)
+        ctrl.shutdown(due, sim)
+        self._arm(ctrl, sim)
 
 
 @POWER_MANAGERS.register("forecast")
@@ -184,7 +216,8 @@ class NodePowerController(Observer):
         self.shutdowns = 0
         self.node_seconds_off = 0.0
         self.counts = [0, 0, 0, 0]
-        self._last_plan_key: tuple = ()
+        self._last_plan_queue = 0
+        self._last_plan_counts: tuple = ()
 
     def on_start(self, sim: Simulator) -> None:
         self.spec = sim.spec
@@ -192,12 +225,22 @@ class NodePowerController(Observer):
         self.power_state = np.full(n, ON, dtype=np.int8)
         self.idle_since = np.full(n, sim.now)
         self.counts = [n, 0, 0, 0]
+        self._off_clock = sim.now
+        self._booting_gpus = 0.0
+        self._power_epoch = 0
+        self._head_checked: tuple[int, int] = (-1, -1)
+        self._demand_gpus = sim.jobs.num_gpu * sim.jobs.gpu_milli / 1000.0
         self.rank = sim.placement.rank
         self.manager.on_start(self, sim)
 
     # --- observer hooks ---------------------------------------------------------------------------------------
-    def on_interval(self, sim: Simulator, t0: float, t1: float) -> None:
-        self.node_seconds_off += self.counts[OFF] * (t1 - t0)
+    def on_finish(self, sim: Simulator) -> None:
+        self._integrate_off_time(sim.now)
+
+    def _integrate_off_time(self, now: float) -> None:
+        # Off time only changes slope at power-state changes, so integrate there instead of at every event.
+        self.node_seconds_off += self.counts[OFF] * (now - self._off_clock)
+        self._off_clock = now
 
     def on_job_start(self, sim: Simulator, job: int) -> None:
         for node, *_ in sim.placements[job]:
@@ -217,14 +260,22 @@ class NodePowerController(Observer):
             self.check_invariants(sim)
         if sim.queue_length and self.counts[OFF]:
             # Re-plan only when the queue, the capacity or the power states changed since the last plan.
-            key = (sim.queue_length, sim.state.release_epoch, sim.state.allocated_milli, *self.counts)
-            if key != self._last_plan_key:
-                self._last_plan_key = key
+            # Re-plan only when work arrived or power states changed: freed capacity or started jobs never
+            # call for more boots.
+            queued, counts = sim.queue_length, tuple(self.counts)
+            if queued > self._last_plan_queue or counts != self._last_plan_counts:
                 self.manager.on_blocked(self, sim)
+                self._last_plan_counts = tuple(self.counts)
+            self._last_plan_queue = queued
 
     # --- mechanism ----------------------------------------------------------------------------------------------
     def _set(self, node: int, new_state: int, sim: Simulator) -> None:
-        self.counts[int(self.power_state[node])] -= 1
+        self._integrate_off_time(sim.now)
+        old_state = int(self.power_state[node])
+        gpus = float(self.spec.gpu_count[node])
+        self._booting_gpus += (new_state == BOOTING) * gpus - (old_state == BOOTING) * gpus
+        self._power_epoch += 1
+        self.counts[old_state] -= 1
         self.counts[new_state] += 1
         self.power_state[node] = new_state
         for listener in self.listeners:
@@ -285,42 +336,50 @@ class NodePowerController(Observer):
         pending = list(islice(sim.pending(), BOOT_LOOKAHEAD_JOBS))
         if not pending:
             return []
-        spec, state = self.spec, sim.state
-        off = self.power_state == OFF
-        booting = self.power_state == BOOTING
+        head = pending[0]
         boots: list[int] = []
-        head = sim.book.request(pending[0])
-        hosts = head.node_mask & (spec.cpu_milli >= head.cpu_milli) & (spec.memory_mib >= head.memory_mib)
-        if head.num_gpu > 0 and not head.gang:
-            hosts &= spec.gpu_count >= (head.num_gpu if head.gpu_milli >= 1000 else 1)
-        if head.gang:
-            have = float(state.free_gpus[state.available & head.node_mask].sum())
-            have += float(spec.gpu_count[booting & head.node_mask].sum())
-            cand = np.flatnonzero(off & head.node_mask)
-            for node in cand[np.argsort(self.rank[cand])].tolist():
-                if have >= head.num_gpu:
-                    break
-                boots.append(node)
-                have += float(spec.gpu_count[node])
-        elif not (hosts & booting).any():
-            cand = np.flatnonzero(hosts & off)
-            if cand.size:
-                boots.append(int(cand[np.argmin(self.rank[cand])]))
-        jobs = sim.jobs
-        idx = np.asarray(pending)
-        demand = float((jobs.num_gpu[idx] * jobs.gpu_milli[idx]).sum()) / 1000.0
-        supply = float(state.free_gpus[state.available].sum()) + float(spec.gpu_count[booting].sum())
-        supply += float(spec.gpu_count[boots].sum()) if boots else 0.0
+        # The head's check only changes when the head or the power states change; most calls skip it.
+        if (head, self._power_epoch) != self._head_checked:
+            boots = self._boots_for_head(sim, head)
+            self._head_checked = (head, self._power_epoch)
+        state = sim.state
+        demand = float(self._demand_gpus[pending].sum())
+        supply = float(state.free_gpus[state.available].sum()) + self._booting_gpus
+        supply += float(self.spec.gpu_count[boots].sum()) if boots else 0.0
         if demand > supply:
             chosen = set(boots)
-            cand = np.flatnonzero(off & (spec.gpu_count > 0))
+            cand = np.flatnonzero((self.power_state == OFF) & (self.spec.gpu_count > 0))
             for node in cand[np.argsort(self.rank[cand])].tolist():
                 if supply >= demand:
                     break
                 if node not in chosen:
                     boots.append(node)
-                    supply += float(spec.gpu_count[node])
+                    supply += float(self.spec.gpu_count[node])
         return boots
+
+    def _boots_for_head(self, sim: Simulator, job: int) -> list[int]:
+        spec, state = self.spec, sim.state
+        off = self.power_state == OFF
+        booting = self.power_state == BOOTING
+        head = sim.book.request(job)
+        if head.gang:
+            have = float(state.free_gpus[state.available & head.node_mask].sum())
+            have += float(spec.gpu_count[booting & head.node_mask].sum())
+            cand = np.flatnonzero(off & head.node_mask)
+            boots = []
+            for node in cand[np.argsort(self.rank[cand])].tolist():
+                if have >= head.num_gpu:
+                    break
+                boots.append(node)
+                have += float(spec.gpu_count[node])
+            return boots
+        hosts = head.node_mask & (spec.cpu_milli >= head.cpu_milli) & (spec.memory_mib >= head.memory_mib)
+        if head.num_gpu > 0:
+            hosts &= spec.gpu_count >= (head.num_gpu if head.gpu_milli >= 1000 else 1)
+        if (hosts & booting).any():
+            return []
+        cand = np.flatnonzero(hosts & off)
+        return [int(cand[np.argmin(self.rank[cand])])] if cand.size else []
 
     def check_invariants(self, sim: Simulator) -> None:
         """No work on a node that is not on, and only nodes that are on are available to placement."""

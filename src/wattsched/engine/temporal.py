@@ -37,6 +37,12 @@ STALL_LIMIT_S = 3650 * 86400.0
 _PENDING_CHUNK = 16
 
 
+def _implementing(observers: list[Observer], hook: str) -> list:
+    """Bound `hook` methods of the observers that override the base class's no-op."""
+    base = getattr(Observer, hook)
+    return [getattr(o, hook) for o in observers if getattr(type(o), hook) is not base]
+
+
 @dataclass
 class JobOutcome:
     """Per-job results, as arrays aligned with the job table."""
@@ -68,6 +74,11 @@ class Simulator:
         self.state = ClusterState(spec)
         self.book = RequestBook.build(jobs, spec)
         self.observers = list(observers)
+        # Dispatch each hook only to observers that implement it: most hooks run once per event.
+        self._on_interval = _implementing(self.observers, "on_interval")
+        self._on_job_start = _implementing(self.observers, "on_job_start")
+        self._on_job_end = _implementing(self.observers, "on_job_end")
+        self._on_batch_end = _implementing(self.observers, "on_batch_end")
         self.check = check_invariants
         self.progress = progress
         placement.bind(spec, rng)
@@ -186,8 +197,8 @@ class Simulator:
             t_event = heap[0][0] if heap else math.inf
             t = t_arrival if t_arrival < t_event else t_event
             if t > self.now:
-                for obs in self.observers:
-                    obs.on_interval(self, self.now, t)
+                for hook in self._on_interval:
+                    hook(self, self.now, t)
                 self.now = t
             while heap and heap[0][0] <= t:
                 _, _, _, ref, payload = heapq.heappop(heap)
@@ -218,8 +229,8 @@ class Simulator:
                 run_pass(self.queue, self)
             if self.check:
                 self._check_invariants()
-            for obs in self.observers:
-                obs.on_batch_end(self)
+            for hook in self._on_batch_end:
+                hook(self)
         if self.progress is not None:
             self.progress(n, n)
         for obs in self.observers:
@@ -255,8 +266,8 @@ class Simulator:
         self.last_update[job] = self.now
         self.running.add(job)
         self._schedule_completion(job)
-        for obs in self.observers:
-            obs.on_job_start(self, job)
+        for hook in self._on_job_start:
+            hook(self, job)
 
     def _finish(self, job: int) -> None:
         state = self.state
@@ -270,8 +281,8 @@ class Simulator:
         self.end_s[job] = self.now
         self.running.discard(job)
         self._released = True
-        for obs in self.observers:
-            obs.on_job_end(self, job)
+        for hook in self._on_job_end:
+            hook(self, job)
 
     def _check_invariants(self) -> None:
         self.state.check_invariants()

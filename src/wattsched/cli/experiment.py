@@ -1,0 +1,61 @@
+"""`wattsched experiment ...`: reproduction experiments that run a grid of policies x seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import console, progress_bar, user_errors
+
+experiment_app = typer.Typer(
+    help="Reproduction experiments (policy x seed grids) with tables and plots.", no_args_is_help=True
+)
+
+
+@experiment_app.callback()
+def _experiments() -> None:
+    """Reproduction experiments (policy x seed grids) with tables and plots."""
+
+
+@experiment_app.command("fgd-pwr")
+def fgd_pwr(
+    trace: Annotated[
+        str, typer.Option(help="Alibaba v2023 pod list: default, gpushare40, multigpu20, ...")
+    ] = "default",
+    seeds: Annotated[int, typer.Option(help="runs per policy, seeds 42, 43, ...")] = 10,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/fgd-pwr"),
+    policies: Annotated[
+        str | None, typer.Option(help="comma-separated placement policies [default: the 11 of the papers]")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="worker processes [default: all cores]")] = None,
+    inflate: Annotated[float, typer.Option(help="arrivals as a multiple of cluster GPU capacity")] = 1.3,
+    data_dir: Annotated[
+        str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """FGD (ATC'23) and PWR (CCGrid'25) packing experiments: allocation, fragmentation, power, GRAR."""
+    from ..experiments.fgd_pwr import check_policies, run_experiment, trace_inputs
+
+    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
+    with user_errors():
+        if names is not None:
+            check_policies(names)  # fail on a bad name before loading any data
+        inputs = trace_inputs(trace, data_dir)
+        with progress_bar(f"fgd-pwr {inputs.label}", enabled=not quiet) as progress:
+            result = run_experiment(
+                trace=trace,
+                seeds=seeds,
+                out=out,
+                policies=names,
+                workers=workers,
+                data_dir=data_dir,
+                inflate=inflate,
+                progress=progress,
+                inputs=inputs,
+            )
+    s = result.summary
+    console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
+    console.print(f"curves.csv, grid.csv, summary.md and plots in [bold]{result.out}[/]")
