@@ -118,7 +118,7 @@ def test_packing_invariants(nodes, rows, placement, seed, inflate):
     boot=st.sampled_from([0.0, 20.0, 300.0]),
 )
 def test_power_states_never_host_work_and_energy_adds_up(nodes, rows, manager, model, timeout, boot):
-    from wattsched.energy.accounting import EnergyAccountant
+    from wattsched.energy.ledger import EnergyLedger
     from wattsched.energy.power_models import POWER_MODELS
     from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
     from wattsched.energy.utilisation import job_gpu_load
@@ -127,7 +127,7 @@ def test_power_states_never_host_work_and_energy_adds_up(nodes, rows, manager, m
     jobs = make_jobs(rows)
     cfg = PowerStateConfig(idle_timeout_s=timeout, boot_time_s=boot, forecast_interval_s=50.0)
     controller = NodePowerController(POWER_MANAGERS.create(manager), cfg)
-    accountant = EnergyAccountant(POWER_MODELS.create(model), job_gpu_load(jobs), 10.0, controller=controller)
+    accountant = EnergyLedger(POWER_MODELS.create(model), job_gpu_load(jobs), 10.0, controller=controller)
     sim = Simulator(
         jobs,
         spec,

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_cluster, make_jobs, require_real_file
-from wattsched.core.cluster import ClusterState
-from wattsched.energy.accounting import EnergyAccountant
+from wattsched.energy.ledger import EnergyLedger
 from wattsched.energy.power_models import POWER_MODELS
 from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
 from wattsched.energy.signals import GridSignal, align
@@ -34,7 +33,7 @@ def simulate(
 ):
     power = POWER_MODELS.create(model)
     controller = NodePowerController(POWER_MANAGERS.create(manager), PowerStateConfig(**states))
-    accountant = EnergyAccountant(
+    accountant = EnergyLedger(
         power,
         job_gpu_load(jobs),
         node_base_w=power.default_node_base_w if base is None else base,
@@ -59,7 +58,7 @@ def simulate(
 def idle_watts(spec, model):
     m = POWER_MODELS.create(model)
     m.bind(spec)
-    return sum(w.gpu_idle + w.cpu for w in (m.idle_watts(n) for n in range(spec.num_nodes)))
+    return float(m.node_idle_w(np.arange(spec.num_nodes)).sum())
 
 
 @pytest.mark.parametrize("model", ["binary", "linear"])
@@ -88,20 +87,31 @@ def test_components_sum_to_total_and_pue_overhead():
     assert summary["peak_power_kw"] * 1000 >= summary["avg_power_kw"] * 1000 > 0
 
 
-def test_linear_model_caps_summed_sharer_utilisation():
+def test_gpu_busy_power_linear_capped_and_binary_at_tdp():
     spec = make_cluster([(1, "V100", 8000, 10**6)])
-    model = POWER_MODELS.create("linear")
-    model.bind(spec)
-    state = ClusterState(spec)
-    state.allocate(0, (0,), 400, 0, 0)
-    state.allocate(0, (0,), 400, 0, 0)
-    w = model.node_watts(state, [[0.6]], 0)
-    assert w.gpu_busy == pytest.approx(30 + 270 * 0.6)  # V100: 30 W idle, 300 W max
-    w = model.node_watts(state, [[1.7]], 0)
-    assert w.gpu_busy == pytest.approx(300.0)
-    binary = POWER_MODELS.create("binary")
+    node = np.array([0, 0, 0])
+    linear, binary = POWER_MODELS.create("linear"), POWER_MODELS.create("binary")
+    linear.bind(spec)
     binary.bind(spec)
-    assert binary.node_watts(state, [[0.1]], 0).gpu_busy == 300.0  # any allocation -> TDP
+    load = np.array([0.0, 0.6, 1.7])
+    # V100: 30 W idle, 300 W max; sharers' utilisations add up and are capped at 1.
+    assert linear.gpu_busy_w(load, node).tolist() == pytest.approx([30.0, 30 + 270 * 0.6, 300.0])
+    assert binary.gpu_busy_w(load, node).tolist() == [300.0] * 3  # any allocation draws TDP
+
+
+def test_shared_gpu_draws_the_sum_of_its_sharers():
+    spec = make_cluster([(1, "V100", 8000, 10**6)])
+    jobs = make_jobs(
+        [
+            {"submit": 0, "duration": 100, "gpus": 1, "milli": 500},
+            {"submit": 0, "duration": 50, "gpus": 1, "milli": 500},
+        ]
+    )
+    jobs.gpu_util[:] = 0.8  # each pod adds 0.8 x its 0.5 share = 0.4
+    _, _, ledger, _ = simulate(jobs, spec, base=0.0)
+    both, one = 30 + 270 * 0.8, 30 + 270 * 0.4
+    assert ledger.energy_j["gpu_active"] == pytest.approx(both * 50 + one * 50)
+    assert ledger.energy_j["gpu_idle"] == pytest.approx(0.0)
 
 
 def test_job_load_uses_trace_then_model_then_class_defaults():

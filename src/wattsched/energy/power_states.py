@@ -210,7 +210,8 @@ class NodePowerController(Observer):
     def __init__(self, manager: PowerManager, config: PowerStateConfig):
         self.manager = manager
         self.config = config
-        self.listeners: list = []  # objects with node_changed(sim, node)
+        self.transitions: list[tuple[float, int, int]] = []  # (time, node, new state), for the energy ledger
+        self.count_log: list[tuple[float, int, int, int, int]] = []  # (time, on, off, booting, shutting down)
         self.on_allocation = None
         self.boots = 0
         self.shutdowns = 0
@@ -225,6 +226,7 @@ class NodePowerController(Observer):
         self.power_state = np.full(n, ON, dtype=np.int8)
         self.idle_since = np.full(n, sim.now)
         self.counts = [n, 0, 0, 0]
+        self.count_log = [(sim.now, *self.counts)]
         self._off_clock = sim.now
         self._booting_gpus = 0.0
         self._power_epoch = 0
@@ -278,8 +280,8 @@ class NodePowerController(Observer):
         self.counts[old_state] -= 1
         self.counts[new_state] += 1
         self.power_state[node] = new_state
-        for listener in self.listeners:
-            listener.node_changed(sim, node)
+        self.transitions.append((sim.now, node, new_state))
+        self.count_log.append((sim.now, *self.counts))
 
     def shutdown(self, nodes, sim: Simulator) -> None:
         nodes = [n for n in nodes if self.power_state[n] == ON and sim.state.jobs_on_node[n] == 0]

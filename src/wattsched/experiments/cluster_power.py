@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.cluster import ClusterState
 from ..energy.power_models import POWER_MODELS
 from ..workloads.clusters import load_cluster
 
@@ -13,19 +12,18 @@ def cluster_power_table(cluster: str, power_model: str, node_base_w: float | Non
     spec = load_cluster(cluster, data_dir)
     model = POWER_MODELS.create(power_model)
     model.bind(spec)
-    base = model.default_node_base_w if node_base_w is None else node_base_w
-    idle = ClusterState(spec)
-    full = ClusterState(spec)
-    full.gpu_left[full.gpu_left > 0] = 0
-    full.cpu_left[:] = 0
-    full._refresh_all()
-    full_load = [[1.0] * max(spec.max_gpus_per_node, 1) for _ in range(spec.num_nodes)]
-    idle_load = [[0.0] * max(spec.max_gpus_per_node, 1) for _ in range(spec.num_nodes)]
-    out = {}
-    for name, state, load in (("idle", idle, idle_load), ("fully allocated", full, full_load)):
-        watts = [model.node_watts(state, load, n) for n in range(spec.num_nodes)]
-        gpu = float(np.sum([w.gpu_busy + w.gpu_idle for w in watts]))
-        cpu = float(np.sum([w.cpu for w in watts]))
-        base_total = base * spec.num_nodes
-        out[name] = {"gpu": gpu, "cpu": cpu, "base": base_total, "total": gpu + cpu + base_total}
-    return out
+    nodes = np.arange(spec.num_nodes)
+    base = (model.default_node_base_w if node_base_w is None else node_base_w) * spec.num_nodes
+    idle_gpu = float((model.gpu_idle_w * model.gpu_count).sum())
+    full_gpu = float((model.gpu_busy_w(np.ones(spec.num_nodes), nodes) * model.gpu_count).sum())
+    idle_cpu = float(model.cpu_w(spec.cpu_milli, nodes).sum())
+    full_cpu = float(model.cpu_w(np.zeros(spec.num_nodes, dtype=np.int64), nodes).sum())
+    return {
+        "idle": {"gpu": idle_gpu, "cpu": idle_cpu, "base": base, "total": idle_gpu + idle_cpu + base},
+        "fully allocated": {
+            "gpu": full_gpu,
+            "cpu": full_cpu,
+            "base": base,
+            "total": full_gpu + full_cpu + base,
+        },
+    }

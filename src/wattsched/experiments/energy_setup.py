@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..core.jobs import JobTable
-from ..energy.accounting import EnergyAccountant
+from ..energy.ledger import EnergyLedger
 from ..energy.power_models import POWER_MODELS
 from ..energy.power_states import POWER_MANAGERS, NodePowerController
 from ..energy.utilisation import job_gpu_load
@@ -59,7 +59,7 @@ class FrequencyGovernor(Observer):
 @dataclass
 class EnergySetup:
     observers: list[Observer]
-    accountant: EnergyAccountant
+    ledger: EnergyLedger
     controller: NodePowerController
     governor: FrequencyGovernor | None
     price: Any
@@ -67,12 +67,12 @@ class EnergySetup:
     notes: list[str] = field(default_factory=list)
 
     def summary(self, allocated_gpu_seconds: float) -> dict[str, Any]:
-        out = self.accountant.summary(allocated_gpu_seconds)
+        out = self.ledger.summary(allocated_gpu_seconds)
         out.update(self.controller.summary())
         info: dict[str, Any] = {
-            "power_model": self.accountant.model.name,
-            "node_base_w": self.accountant.node_base_w,
-            "pue": self.accountant.pue,
+            "power_model": self.ledger.model.name,
+            "node_base_w": self.ledger.node_base_w,
+            "pue": self.ledger.pue,
             "power_states": self.controller.config.model_dump(),
         }
         if self.governor is not None:
@@ -118,7 +118,7 @@ def build_energy(cfg: SimulationConfig, jobs: JobTable, trace_start: datetime | 
         power_scale = np.ones(len(jobs))
         governor = FrequencyGovernor(cfg, power_scale)
     price, carbon = _signals(cfg, trace_start, notes)
-    accountant = EnergyAccountant(
+    ledger = EnergyLedger(
         model,
         job_gpu_load(jobs),
         node_base_w=base,
@@ -129,6 +129,5 @@ def build_energy(cfg: SimulationConfig, jobs: JobTable, trace_start: datetime | 
         carbon=carbon,
         power_scale=power_scale,
     )
-    # Order matters: the governor sets a job's power scale before the accountant books its load.
-    observers: list[Observer] = [controller] + ([governor] if governor else []) + [accountant]
-    return EnergySetup(observers, accountant, controller, governor, price, carbon, notes)
+    observers: list[Observer] = [controller] + ([governor] if governor else []) + [ledger]
+    return EnergySetup(observers, ledger, controller, governor, price, carbon, notes)

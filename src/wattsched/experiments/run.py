@@ -144,7 +144,7 @@ def _job_columns(jobs: JobTable) -> dict[str, Any]:
 def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
     jobs, cluster = inputs.jobs, inputs.cluster
     energy = build_energy(cfg, jobs, inputs.time_origin_utc) if cfg.energy else None
-    recorder = TimeSeriesRecorder(providers=[energy.accountant] if energy else [])
+    recorder = TimeSeriesRecorder()
     sim = Simulator(
         jobs,
         cluster,
@@ -191,6 +191,8 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
     if energy is not None:
         metrics.update(energy.summary(recorder.allocated_gpu_seconds))
         inputs.notes.extend(energy.notes)
+        for name, values in energy.ledger.series_at(series["time_s"].to_numpy()).items():
+            series[name] = values
         for name, signal in (("price_usd_per_mwh", energy.price), ("carbon_g_per_kwh", energy.carbon)):
             if signal is not None:
                 series[name] = signal.value_at(series["time_s"].to_numpy() - series["time_s"].iloc[0])
