@@ -72,3 +72,47 @@ def require_real_file(dataset: str, relpath: str) -> Path:
     if not path.is_file():
         pytest.skip(f"real trace not available: {dataset}/{relpath} is not under WATTSCHED_DATA")
     return path
+
+
+def simulate_energy(
+    jobs,
+    spec,
+    placement="first-fit",
+    model="linear",
+    manager="always-on",
+    pue=1.0,
+    base=None,
+    price=None,
+    carbon=None,
+    **states,
+):
+    """Run a temporal simulation with a power manager and the energy ledger; invariants checked per event."""
+    from wattsched.energy.ledger import EnergyLedger
+    from wattsched.energy.power_models import POWER_MODELS
+    from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
+    from wattsched.energy.utilisation import job_gpu_load
+    from wattsched.engine.temporal import Simulator
+    from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+
+    power = POWER_MODELS.create(model)
+    controller = NodePowerController(POWER_MANAGERS.create(manager), PowerStateConfig(**states))
+    accountant = EnergyLedger(
+        power,
+        job_gpu_load(jobs),
+        node_base_w=power.default_node_base_w if base is None else base,
+        pue=pue,
+        controller=controller,
+        price=price,
+        carbon=carbon,
+    )
+    sim = Simulator(
+        jobs,
+        spec,
+        QUEUE_POLICIES.create("fifo"),
+        PLACEMENT_POLICIES.create(placement),
+        np.random.default_rng(0),
+        observers=[controller, accountant],
+        check_invariants=True,
+    )
+    out = sim.run()
+    return sim, out, accountant, controller

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import make_cluster, make_jobs
+from tests.conftest import make_cluster, make_jobs, simulate_energy
 from wattsched.engine.observers import Observer
 from wattsched.engine.packing import run_packing
 from wattsched.engine.temporal import STATUS_DONE, STATUS_UNSCHEDULABLE, Simulator
@@ -118,26 +118,19 @@ def test_packing_invariants(nodes, rows, placement, seed, inflate):
     boot=st.sampled_from([0.0, 20.0, 300.0]),
 )
 def test_power_states_never_host_work_and_energy_adds_up(nodes, rows, manager, model, timeout, boot):
-    from wattsched.energy.ledger import EnergyLedger
-    from wattsched.energy.power_models import POWER_MODELS
-    from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
-    from wattsched.energy.utilisation import job_gpu_load
-
-    spec = make_cluster(nodes)
     jobs = make_jobs(rows)
-    cfg = PowerStateConfig(idle_timeout_s=timeout, boot_time_s=boot, forecast_interval_s=50.0)
-    controller = NodePowerController(POWER_MANAGERS.create(manager), cfg)
-    accountant = EnergyLedger(POWER_MODELS.create(model), job_gpu_load(jobs), 10.0, controller=controller)
-    sim = Simulator(
+    # simulate_energy checks invariants after every event, including: no job on a node that is not on.
+    sim, out, accountant, _ = simulate_energy(
         jobs,
-        spec,
-        QUEUE_POLICIES.create("fifo"),
-        PLACEMENT_POLICIES.create("best-fit"),
-        np.random.default_rng(0),
-        observers=[controller, accountant],
-        check_invariants=True,  # includes: no job on a node that is off, booting or shutting down
+        make_cluster(nodes),
+        placement="best-fit",
+        model=model,
+        manager=manager,
+        base=10.0,
+        idle_timeout_s=timeout,
+        boot_time_s=boot,
+        forecast_interval_s=50.0,
     )
-    out = sim.run()
     assert ((out.status == STATUS_DONE) | (out.status == STATUS_UNSCHEDULABLE)).all()
     done = out.status == STATUS_DONE
     assert np.allclose(out.end_s[done] - out.start_s[done], jobs.duration_s[done])

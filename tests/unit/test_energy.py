@@ -5,54 +5,20 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from tests.conftest import make_cluster, make_jobs, require_real_file
-from wattsched.energy.ledger import EnergyLedger
+from tests.conftest import make_cluster, make_jobs, require_real_file, simulate_energy
 from wattsched.energy.power_models import POWER_MODELS
-from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
 from wattsched.energy.signals import GridSignal, align
 from wattsched.energy.utilisation import job_gpu_load
-from wattsched.engine.temporal import STATUS_DONE, Simulator
+from wattsched.engine.temporal import STATUS_DONE
 from wattsched.experiments.cluster_power import cluster_power_table
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import run_simulation
-from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 
 CLUSTER = make_cluster([(8, "A100", 64_000, 10**6), (4, "V100", 32_000, 10**6), (2, "T4", 16_000, 10**6)])
 
 
-def simulate(
-    jobs,
-    spec=CLUSTER,
-    model="linear",
-    manager="always-on",
-    pue=1.0,
-    base=None,
-    price=None,
-    carbon=None,
-    **states,
-):
-    power = POWER_MODELS.create(model)
-    controller = NodePowerController(POWER_MANAGERS.create(manager), PowerStateConfig(**states))
-    accountant = EnergyLedger(
-        power,
-        job_gpu_load(jobs),
-        node_base_w=power.default_node_base_w if base is None else base,
-        pue=pue,
-        controller=controller,
-        price=price,
-        carbon=carbon,
-    )
-    sim = Simulator(
-        jobs,
-        spec,
-        QUEUE_POLICIES.create("fifo"),
-        PLACEMENT_POLICIES.create("first-fit"),
-        np.random.default_rng(0),
-        observers=[controller, accountant],
-        check_invariants=True,
-    )
-    out = sim.run()
-    return sim, out, accountant, controller
+def simulate(jobs, spec=CLUSTER, **kw):
+    return simulate_energy(jobs, spec, **kw)
 
 
 def idle_watts(spec, model):

@@ -18,6 +18,7 @@ Cost and carbon multiply each segment's power by the integral of the aligned hou
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,6 +67,8 @@ class EnergyLedger(Observer):
         self._energy = np.zeros(len(COMPONENTS))
         self.peak_w = 0.0
         self.span_s = 0.0
+        self.cost_usd: float | None = None
+        self.co2_kg: float | None = None
 
     @property
     def energy_j(self) -> dict[str, float]:
@@ -85,17 +88,21 @@ class EnergyLedger(Observer):
         """Flatten placements into per-node and per-GPU allocation intervals."""
         width = max(sim.spec.max_gpus_per_node, 1)
         end = np.where(np.isnan(sim.end_s), self.t_end, sim.end_s)
-        node_rows: list[tuple[int, int, int]] = []  # (job, node, cpu)
-        gpu_rows: list[tuple[int, int]] = []  # (job, global gpu id)
+        # Typed arrays, not lists of tuples: 10^6 jobs would otherwise cost hundreds of MB of Python objects.
+        node_job, node_id, node_cpu, gpu_job, gpu_id = (array("q") for _ in range(5))
         for job, placement in enumerate(sim.placements):
             if placement is None:
                 continue
             for node, gpus, cpu, _ in placement:
-                node_rows.append((job, node, cpu))
-                gpu_rows.extend((job, node * width + g) for g in gpus)
-        nodes = np.array(node_rows, dtype=np.int64).reshape(-1, 3)
-        gpus = np.array(gpu_rows, dtype=np.int64).reshape(-1, 2)
-        return nodes, gpus, sim.start_s, end, width
+                node_job.append(job)
+                node_id.append(node)
+                node_cpu.append(cpu)
+                for g in gpus:
+                    gpu_job.append(job)
+                    gpu_id.append(node * width + g)
+        nodes = np.stack([np.frombuffer(a, dtype=np.int64) for a in (node_job, node_id, node_cpu)], axis=1)
+        gpus = np.stack([np.frombuffer(a, dtype=np.int64) for a in (gpu_job, gpu_id)], axis=1)
+        return nodes.reshape(-1, 3), gpus.reshape(-1, 2), sim.start_s, end, width
 
     def _integrate(self, sim: Simulator) -> None:
         model, spec = self.model, sim.spec
@@ -164,8 +171,13 @@ class EnergyLedger(Observer):
         seg_t0 = np.concatenate([ev_t[k], g_t0])
         seg_t1 = np.concatenate([ev_t[k] + dt, g_t1])
         seg_w = np.concatenate([node_w, g_excess]) * self.pue
-        self._segments = (seg_t0, seg_t1, seg_w)
+        if self.price is not None:
+            self.cost_usd = float(np.sum(self.price.cost_usd(seg_w, seg_t0, seg_t1)))
+        if self.carbon is not None:
+            self.co2_kg = float(np.sum(self.carbon.co2_kg(seg_w, seg_t0, seg_t1)))
+        del cum_load, cum_count, alloc, last_state_event, state, ev_state
         times = np.concatenate([seg_t0, seg_t1])
+        del seg_t0, seg_t1
         order = np.argsort(times, kind="stable")
         self._step_t = times[order]
         columns = {
@@ -174,15 +186,20 @@ class EnergyLedger(Observer):
             "cpu_w": np.concatenate([cpu_w, np.zeros(len(g_excess))]),
         }
         self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
-        if times.size:  # a run of zero length has no segments
+        del order, times, columns
+        if self._step_t.size:  # a run of zero length has no segments
             last_at_time = np.r_[self._step_t[1:] != self._step_t[:-1], True]
             self.peak_w = float(self._step["power_w"][last_at_time].max())
 
     # --- results --------------------------------------------------------------------------------------------
-    def series_at(self, times: np.ndarray) -> dict[str, np.ndarray]:
-        """Power columns (and node power-state counts) in force at each of `times`."""
+    def series_at(self, times: np.ndarray, release: bool = False) -> dict[str, np.ndarray]:
+        """Power columns (and node power-state counts) in force at each of `times`; `release` frees the step
+        functions afterwards (they are the ledger's largest arrays)."""
         idx = np.searchsorted(self._step_t, times, side="right") - 1
         out = {name: np.where(idx >= 0, step[np.maximum(idx, 0)], 0.0) for name, step in self._step.items()}
+        if release:
+            self._step_t = np.zeros(0)
+            self._step = {name: np.zeros(0) for name in self._step}
         if self.controller is not None:
             log = np.array(self.controller.count_log, dtype=np.float64).reshape(-1, 5)
             cidx = np.searchsorted(log[:, 0], times, side="right") - 1
@@ -200,15 +217,10 @@ class EnergyLedger(Observer):
             "energy_by_component_kwh": {k: v / J_PER_KWH for k, v in self.energy_j.items()},
             "avg_power_kw": (total_j / self.span_s / 1000.0) if self.span_s > 0 else 0.0,
             "peak_power_kw": self.peak_w / 1000.0,
-            "cost_usd": None,
-            "co2_kg": None,
+            "cost_usd": self.cost_usd,
+            "co2_kg": self.co2_kg,
             "energy_per_gpu_hour_kwh": kwh / (allocated_gpu_seconds / 3600.0)
             if allocated_gpu_seconds > 0
             else None,
         }
-        t0, t1, w = self._segments
-        if self.price is not None:
-            out["cost_usd"] = float(np.sum(self.price.cost_usd(w, t0, t1)))
-        if self.carbon is not None:
-            out["co2_kg"] = float(np.sum(self.carbon.co2_kg(w, t0, t1)))
         return out

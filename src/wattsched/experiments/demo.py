@@ -35,6 +35,7 @@ def run_demo(out: Path, num_jobs: int, seed: int, console: Console) -> list[RunR
                 "queue_delay_mean_s": s["queue_delay_s"]["mean"],
                 "makespan_s": s["makespan_s"],
                 "gpu_allocation_mean": s["gpu_allocation_mean"],
+                "energy_kwh": s["energy_kwh"],
                 "wall_time_s": s["wall_time_s"],
             }
         )
@@ -42,7 +43,7 @@ def run_demo(out: Path, num_jobs: int, seed: int, console: Console) -> list[RunR
     write_table(table_df, out / "comparison")
     _plot(results, out / "comparison.png")
     table = Table(title=f"wattsched demo: {num_jobs} synthetic jobs, default cluster (16 x 8 A100)")
-    for col in ("policy", "done", "JCT h", "p99 JCT h", "wait h", "makespan h", "GPU use"):
+    for col in ("policy", "done", "JCT h", "p99 JCT h", "wait h", "makespan h", "GPU use", "energy MWh"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for row in rows:
         table.add_row(
@@ -53,6 +54,7 @@ def run_demo(out: Path, num_jobs: int, seed: int, console: Console) -> list[RunR
             f"{row['queue_delay_mean_s'] / 3600:.2f}",
             f"{row['makespan_s'] / 3600:.1f}",
             f"{row['gpu_allocation_mean']:.1%}",
+            f"{row['energy_kwh'] / 1000:.2f}",
         )
     console.print(table)
     console.print(f"run directories and comparison.csv / comparison.png in [bold]{out}[/]")

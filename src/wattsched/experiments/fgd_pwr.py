@@ -357,26 +357,24 @@ def run_experiment(
 
 
 # -- aggregation --------------------------------------------------------------------------------------------
-def curves_frame(label: str, runs: list[RunCurves]) -> pd.DataFrame:
+def _runs_frame(label: str, runs: list[RunCurves], field: str) -> pd.DataFrame:
+    """One table of a per-run field (`curve` or `grid`), prefixed with trace, policy and seed."""
     parts = []
     for r in runs:
-        df = pd.DataFrame(r.curve)
-        df.insert(0, "seed", r.seed)
-        df.insert(0, "policy", r.policy)
-        df.insert(0, "trace", label)
-        parts.append(df)
-    return pd.concat(parts, ignore_index=True)[list(CURVE_COLUMNS)]
-
-
-def grid_frame(label: str, runs: list[RunCurves]) -> pd.DataFrame:
-    parts = []
-    for r in runs:
-        df = pd.DataFrame(r.grid)
+        df = pd.DataFrame(getattr(r, field))
         df.insert(0, "seed", r.seed)
         df.insert(0, "policy", r.policy)
         df.insert(0, "trace", label)
         parts.append(df)
     return pd.concat(parts, ignore_index=True)
+
+
+def curves_frame(label: str, runs: list[RunCurves]) -> pd.DataFrame:
+    return _runs_frame(label, runs, "curve")[list(CURVE_COLUMNS)]
+
+
+def grid_frame(label: str, runs: list[RunCurves]) -> pd.DataFrame:
+    return _runs_frame(label, runs, "grid")
 
 
 def _mean_grid(runs: list[RunCurves], policy: str) -> dict[str, np.ndarray] | None:

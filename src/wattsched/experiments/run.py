@@ -191,7 +191,7 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
     if energy is not None:
         metrics.update(energy.summary(recorder.allocated_gpu_seconds))
         inputs.notes.extend(energy.notes)
-        for name, values in energy.ledger.series_at(series["time_s"].to_numpy()).items():
+        for name, values in energy.ledger.series_at(series["time_s"].to_numpy(), release=True).items():
             series[name] = values
         for name, signal in (("price_usd_per_mwh", energy.price), ("carbon_g_per_kwh", energy.carbon)):
             if signal is not None:
