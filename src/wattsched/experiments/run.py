@@ -200,7 +200,12 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
 
 
 def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress):
+    from ..policies.fgd import FragModel, typical_pods
+    from .fgd_pwr import FragPowerObserver
+
     jobs, cluster = inputs.jobs, inputs.cluster
+    # Fragmentation against the trace's typical pods and binary-model power, after every pod (fgd-pwr.md §6).
+    metrics_observer = FragPowerObserver(cluster, FragModel(cluster, typical_pods(jobs)))
     outcome = run_packing(
         jobs,
         cluster,
@@ -209,6 +214,7 @@ def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress
         rng_policy,
         inflate=cfg.inflate,
         shuffle=cfg.shuffle,
+        observers=[metrics_observer],
         check_invariants=cfg.check_invariants,
         progress=progress,
     )
@@ -222,6 +228,17 @@ def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress
     capacity = cluster.total_gpus * MILLI
     series["arrived_pct"] = series["arrived_gpu_milli"] / capacity * 100.0
     series["alloc_pct"] = series["allocated_gpu_milli"] / capacity * 100.0
+    idle = series["idle_milli"].to_numpy()
+    series["frag_ratio_pct"] = np.divide(
+        series["frag_milli"].to_numpy() * 100.0, idle, out=np.full(len(idle), np.nan), where=idle > 0
+    )
+    arrived_milli = series["arrived_gpu_milli"].to_numpy(dtype=np.float64)
+    series["grar"] = np.divide(
+        series["allocated_gpu_milli"].to_numpy(dtype=np.float64),
+        arrived_milli,
+        out=np.full(len(arrived_milli), np.nan),
+        where=arrived_milli > 0,
+    )
     for col in ("pod", "arrived_gpu_milli", "allocated_gpu_milli"):
         series[col] = series[col].astype(np.int64)
     series["placed"] = series["placed"].astype(bool)
@@ -241,5 +258,7 @@ def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress
         "gpu_allocation_final": outcome.allocated_milli_final / capacity,
         "arrived_gpu_ratio_final": outcome.arrived_milli_final / capacity,
         "grar_final": outcome.allocated_milli_final / arrived,
+        "frag_ratio_pct_final": float(series["frag_ratio_pct"].iloc[-1]) if len(series) else None,
+        "power_w_final_binary": float(series["power_w"].iloc[-1]) if len(series) else None,
     }
     return jobs_df, series, metrics
