@@ -42,7 +42,7 @@ def test_alibaba_default_packing_best_fit(tmp_path):
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())
     # Inflation stops just below 1.3 x 6,212,000 milli-GPU of requests.
-    assert 1.29 < s["arrived_gpu_ratio_final"] <= 1.3
+    assert s["arrived_gpu_ratio_final"] > 1.29 and s["arrived_gpu_ratio_final"] <= 1.3
     assert s["jobs_placed"] + s["jobs_dropped"] == s["jobs_submitted"] > 8152
     # Published BestFit mean at 130 % arrived is 93.08 % (FGD repo expected results); one seed varies.
     assert 0.90 < s["gpu_allocation_final"] < 0.96
