@@ -82,6 +82,7 @@ class EnergyLedger(Observer):
         self.t_end = sim.now
         self.span_s = self.t_end - self.t_start
         self._integrate(sim)
+        self._peak()
 
     # --- building the segments ------------------------------------------------------------------------------
     def _allocations(self, sim: Simulator):
@@ -105,34 +106,74 @@ class EnergyLedger(Observer):
         return nodes.reshape(-1, 3), gpus.reshape(-1, 2), sim.start_s, end, width
 
     def _integrate(self, sim: Simulator) -> None:
-        model, spec = self.model, sim.spec
-        n = spec.num_nodes
         nodes, gpus, start, end, width = self._allocations(sim)
-        load = self.job_load if self.power_scale is None else self.job_load * self.power_scale
+        # Each pass returns only its segments; its event arrays are freed on return (10^6 jobs: ~10^7 events).
+        g_t0, g_dt, g_node, g_busy_w = self._gpu_segments(gpus, start, end, width)
+        n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(sim, nodes, start, end)
+        del nodes, gpus
+        model, spec = self.model, sim.spec
+        g_idle = model.gpu_idle_w[g_node]
+        g_excess = g_busy_w - g_idle
+        on = n_state == ON
+        moving = (n_state == BOOTING) | (n_state == SHUTTING_DOWN)
+        gpu_idle_w = np.where(on, model.gpu_idle_w[n_node] * model.gpu_count[n_node], 0.0)
+        cpu_w = np.where(on, model.cpu_w(spec.cpu_milli[n_node] - n_alloc, n_node), 0.0)
+        base_w = np.where(on, self.node_base_w, 0.0)
+        trans_w = np.where(moving, model.node_idle_w(n_node) + self.node_base_w, 0.0)
+        trans_w += np.where(n_state == OFF, self.off_power_w, 0.0)
 
-        # GPU segments: events +load/+1 at start, -load/-1 at end, per GPU.
+        e = self._energy
+        e[0] = float(g_busy_w @ g_dt)
+        e[1] = float(gpu_idle_w @ n_dt) - float(g_idle @ g_dt)
+        e[2] = float(cpu_w @ n_dt)
+        e[3] = float(base_w @ n_dt)
+        e[4] = float(trans_w @ n_dt)
+        e[5] = (self.pue - 1.0) * float(e[:5].sum())
+
+        # The cluster's power over time: every segment as +w at its start and -w at its end.
+        seg_t0 = np.concatenate([n_t0, g_t0])
+        seg_t1 = seg_t0 + np.concatenate([n_dt, g_dt])
+        seg_w = np.concatenate([gpu_idle_w + cpu_w + base_w + trans_w, g_excess]) * self.pue
+        if self.price is not None:
+            self.cost_usd = float(np.sum(self.price.cost_usd(seg_w, seg_t0, seg_t1)))
+        if self.carbon is not None:
+            self.co2_kg = float(np.sum(self.carbon.co2_kg(seg_w, seg_t0, seg_t1)))
+        times = np.concatenate([seg_t0, seg_t1])
+        del seg_t0, seg_t1
+        order = np.argsort(times, kind="stable")
+        self._step_t = times[order]
+        del times
+        columns = {
+            "power_w": seg_w,
+            "gpu_w": np.concatenate([gpu_idle_w, g_excess]),
+            "cpu_w": np.concatenate([cpu_w, np.zeros(len(g_excess))]),
+        }
+        self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
+
+    def _gpu_segments(self, gpus: np.ndarray, start, end, width: int):
+        """GPU segments while a GPU holds a job: events +load/+1 at a job's start, -load/-1 at its end."""
+        load = self.job_load if self.power_scale is None else self.job_load * self.power_scale
         g_job, g_id = gpus[:, 0], gpus[:, 1]
         t = np.concatenate([start[g_job], end[g_job]])
         gid = np.concatenate([g_id, g_id])
         order = np.lexsort((t, gid))
         t, gid = t[order], gid[order]
         cum_load = np.cumsum(np.concatenate([load[g_job], -load[g_job]])[order])
-        cum_count = np.cumsum(np.concatenate([np.ones(len(g_job)), -np.ones(len(g_job))])[order])
+        signs = np.concatenate([np.ones(len(g_job), dtype=np.int32), -np.ones(len(g_job), dtype=np.int32)])
+        cum_count = np.cumsum(signs[order])
+        del order, signs
         k, dt = _segments_of(gid, t)
-        busy = cum_count[k] > 0.5
+        busy = cum_count[k] > 0
         k, dt = k[busy], dt[busy]
-        g_node = gid[k] // width
-        busy_w = model.gpu_busy_w(np.maximum(cum_load[k], 0.0), g_node)
-        g_excess = busy_w - model.gpu_idle_w[g_node]
-        gpu_active_j = float(busy_w @ dt)
-        busy_idle_j = float(model.gpu_idle_w[g_node] @ dt)
-        g_t0, g_t1 = t[k], t[k] + dt
+        node = gid[k] // width
+        return t[k], dt, node, self.model.gpu_busy_w(np.maximum(cum_load[k], 0.0), node)
 
-        # Node segments: initial ON state, CPU deltas, power-state transitions, and a closing event, per node.
+    def _node_segments(self, sim: Simulator, nodes: np.ndarray, start, end):
+        """Node segments: initial ON state, CPU deltas, power-state transitions and a closing event, per node."""
+        n = sim.spec.num_nodes
         a_job, a_node, a_cpu = nodes[:, 0], nodes[:, 1], nodes[:, 2]
-        trans = np.array(self.controller.transitions if self.controller else [], dtype=np.float64).reshape(
-            -1, 3
-        )
+        trans = np.array(self.controller.transitions if self.controller else [], dtype=np.float64)
+        trans = trans.reshape(-1, 3)
         all_nodes = np.arange(n)
         ev_t = np.concatenate(
             [np.full(n, self.t_start), start[a_job], end[a_job], trans[:, 0], np.full(n, self.t_end)]
@@ -146,47 +187,12 @@ class EnergyLedger(Observer):
         order = np.lexsort((ev_kind, ev_t, ev_node))
         ev_t, ev_node, ev_state = ev_t[order], ev_node[order], ev_state[order]
         alloc = np.cumsum(ev_cpu[order])
+        del order, ev_cpu, ev_kind
         last_state_event = np.maximum.accumulate(np.where(ev_state >= 0, np.arange(len(ev_state)), 0))
-        state = ev_state[last_state_event]
         k, dt = _segments_of(ev_node, ev_t)
-        s_node, s_state, s_alloc = ev_node[k], state[k], alloc[k]
-        on = s_state == ON
-        moving = (s_state == BOOTING) | (s_state == SHUTTING_DOWN)
-        gpu_idle_w = np.where(on, model.gpu_idle_w[s_node] * model.gpu_count[s_node], 0.0)
-        cpu_w = np.where(on, model.cpu_w(spec.cpu_milli[s_node] - s_alloc, s_node), 0.0)
-        base_w = np.where(on, self.node_base_w, 0.0)
-        trans_w = np.where(moving, model.node_idle_w(s_node) + self.node_base_w, 0.0)
-        trans_w += np.where(s_state == OFF, self.off_power_w, 0.0)
+        return ev_t[k], dt, ev_node[k], ev_state[last_state_event[k]], alloc[k]
 
-        e = self._energy
-        e[0] = gpu_active_j
-        e[1] = float(gpu_idle_w @ dt) - busy_idle_j
-        e[2] = float(cpu_w @ dt)
-        e[3] = float(base_w @ dt)
-        e[4] = float(trans_w @ dt)
-        e[5] = (self.pue - 1.0) * float(e[:5].sum())
-
-        # The cluster's power over time: every segment as +w at its start and -w at its end.
-        node_w = gpu_idle_w + cpu_w + base_w + trans_w
-        seg_t0 = np.concatenate([ev_t[k], g_t0])
-        seg_t1 = np.concatenate([ev_t[k] + dt, g_t1])
-        seg_w = np.concatenate([node_w, g_excess]) * self.pue
-        if self.price is not None:
-            self.cost_usd = float(np.sum(self.price.cost_usd(seg_w, seg_t0, seg_t1)))
-        if self.carbon is not None:
-            self.co2_kg = float(np.sum(self.carbon.co2_kg(seg_w, seg_t0, seg_t1)))
-        del cum_load, cum_count, alloc, last_state_event, state, ev_state
-        times = np.concatenate([seg_t0, seg_t1])
-        del seg_t0, seg_t1
-        order = np.argsort(times, kind="stable")
-        self._step_t = times[order]
-        columns = {
-            "power_w": seg_w,
-            "gpu_w": np.concatenate([gpu_idle_w, g_excess]),
-            "cpu_w": np.concatenate([cpu_w, np.zeros(len(g_excess))]),
-        }
-        self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
-        del order, times, columns
+    def _peak(self) -> None:
         if self._step_t.size:  # a run of zero length has no segments
             last_at_time = np.r_[self._step_t[1:] != self._step_t[:-1], True]
             self.peak_w = float(self._step["power_w"][last_at_time].max())
