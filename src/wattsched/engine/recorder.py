@@ -21,9 +21,6 @@ class GrowableColumns:
     def append(self, *values: float) -> None:
         self._flat.extend(values)
 
-    def extend_row(self, values: tuple[float, ...]) -> None:
-        self._flat.extend(values)
-
     def __len__(self) -> int:
         return len(self._flat) // max(len(self.names), 1)
 
@@ -37,11 +34,8 @@ class TimeSeriesRecorder(Observer):
 
     COLUMNS = ("time_s", "allocated_gpus", "running_jobs", "queue_length", "nodes_in_use")
 
-    def __init__(self, providers=()) -> None:
-        # A provider has `columns` (names) and `row(sim)` (values): extra series recorded at every batch.
-        self.providers = list(providers)
-        extra = tuple(c for p in self.providers for c in p.columns)
-        self.series = GrowableColumns(self.COLUMNS + extra)
+    def __init__(self) -> None:
+        self.series = GrowableColumns(self.COLUMNS)
         self.allocated_gpu_seconds = 0.0
         self.first_time = 0.0
         self.last_time = 0.0
@@ -55,14 +49,12 @@ class TimeSeriesRecorder(Observer):
 
     def on_batch_end(self, sim: Simulator) -> None:
         state = sim.state
-        row = (sim.now, state.allocated_milli / 1000.0, len(sim.running), sim.queue_length, state.nodes_busy)
-        for provider in self.providers:
-            row += provider.row(sim)
-        self.series.extend_row(row)
+        self.series.append(
+            sim.now, state.allocated_milli / 1000.0, len(sim.running), sim.queue_length, state.nodes_busy
+        )
 
     def frame(self) -> pd.DataFrame:
         df = self.series.frame()
-        for col in ("running_jobs", "queue_length", "nodes_in_use", "nodes_on", "nodes_off", "nodes_booting"):
-            if col in df:
-                df[col] = df[col].astype(np.int64)
+        for col in ("running_jobs", "queue_length", "nodes_in_use"):
+            df[col] = df[col].astype(np.int64)
         return df

@@ -195,7 +195,7 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
             series[name] = values
         for name, signal in (("price_usd_per_mwh", energy.price), ("carbon_g_per_kwh", energy.carbon)):
             if signal is not None:
-                series[name] = signal.value_at(series["time_s"].to_numpy() - series["time_s"].iloc[0])
+                series[name] = signal.value_at(series["time_s"].to_numpy())  # trace time, as the ledger
     return jobs_df, series, metrics
 
 
