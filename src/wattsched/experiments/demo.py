@@ -43,8 +43,9 @@ def run_demo(out: Path, num_jobs: int, seed: int, console: Console) -> list[RunR
     write_table(table_df, out / "comparison")
     _plot(results, out / "comparison.png")
     table = Table(title=f"wattsched demo: {num_jobs} synthetic jobs, default cluster (16 x 8 A100)")
-    for col in ("policy", "done", "JCT h", "p99 JCT h", "wait h", "makespan h", "GPU use", "energy MWh"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    table.add_column("policy", no_wrap=True)
+    for col in ("done", "JCT h", "p99 h", "wait h", "span h", "GPU", "MWh"):
+        table.add_column(col, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(
             f"{row['queue']}+{row['placement']}",
