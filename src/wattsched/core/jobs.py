@@ -116,7 +116,12 @@ def spec_masks(jobs: JobTable, cluster: ClusterSpec) -> tuple[np.ndarray, np.nda
     Returns ``(spec_id [J], allowed [S, M])``: job j may use a node of model code c iff ``allowed[spec_id[j], c]``.
     A job without GPUs, or with an empty spec, may use every node.
     """
-    uniq, spec_id = np.unique(jobs.gpu_spec.astype(str), return_inverse=True)
+    return spec_matrix(jobs.gpu_spec, cluster)
+
+
+def spec_matrix(specs: np.ndarray, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
+    """`spec_masks` for any array of GPU-model OR-lists (``""`` = any model)."""
+    uniq, spec_id = np.unique(np.asarray(specs).astype(str), return_inverse=True)
     allowed = np.zeros((len(uniq), max(len(cluster.gpu_models), 1)), dtype=bool)
     for s, text in enumerate(uniq):
         if not text:

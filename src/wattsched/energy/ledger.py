@@ -173,7 +173,7 @@ class EnergyLedger(Observer):
         n = sim.spec.num_nodes
         a_job, a_node, a_cpu = nodes[:, 0], nodes[:, 1], nodes[:, 2]
         trans = np.array(self.controller.transitions if self.controller else [], dtype=np.float64)
-        trans = trans.reshape(-1, 3)
+        trans = trans.reshape(-1, 4)  # time, node, new state, old state
         all_nodes = np.arange(n)
         ev_t = np.concatenate(
             [np.full(n, self.t_start), start[a_job], end[a_job], trans[:, 0], np.full(n, self.t_end)]
@@ -207,13 +207,23 @@ class EnergyLedger(Observer):
             self._step_t = np.zeros(0)
             self._step = {name: np.zeros(0) for name in self._step}
         if self.controller is not None:
-            log = np.array(self.controller.count_log, dtype=np.float64).reshape(-1, 5)
-            cidx = np.searchsorted(log[:, 0], times, side="right") - 1
-            rows = log[np.maximum(cidx, 0)]
-            out["nodes_on"] = rows[:, 1 + ON].astype(np.int64)
-            out["nodes_off"] = rows[:, 1 + OFF].astype(np.int64)
-            out["nodes_booting"] = (rows[:, 1 + BOOTING] + rows[:, 1 + SHUTTING_DOWN]).astype(np.int64)
+            counts = self._state_counts(len(self.model.gpu_count))
+            cidx = np.searchsorted(counts[0], times, side="right") - 1
+            rows = counts[1][np.maximum(cidx, 0)]
+            out["nodes_on"] = rows[:, ON]
+            out["nodes_off"] = rows[:, OFF]
+            out["nodes_booting"] = rows[:, BOOTING] + rows[:, SHUTTING_DOWN]
         return out
+
+    def _state_counts(self, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        """(times, nodes per power state after each time), starting with every node on."""
+        trans = np.array(self.controller.transitions, dtype=np.float64).reshape(-1, 4)
+        delta = np.zeros((len(trans) + 1, 4), dtype=np.int64)
+        delta[0, ON] = num_nodes
+        rows = np.arange(1, len(trans) + 1)
+        np.add.at(delta, (rows, trans[:, 2].astype(np.int64)), 1)
+        np.add.at(delta, (rows, trans[:, 3].astype(np.int64)), -1)
+        return np.r_[self.t_start, trans[:, 0]], np.cumsum(delta, axis=0)
 
     def summary(self, allocated_gpu_seconds: float) -> dict[str, Any]:
         total_j = float(self._energy.sum())

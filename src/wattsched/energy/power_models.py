@@ -17,7 +17,6 @@ from typing import ClassVar
 import numpy as np
 
 from ..core.cluster import ClusterSpec
-from ..core.gpus import catalog_column
 from ..policies.registry import Registry
 from .binary import PWR_FALLBACK_CPU, BinaryPowerModel, CpuPowerSpec
 
@@ -36,15 +35,12 @@ class PowerModel:
 
     def bind(self, spec: ClusterSpec) -> None:
         self.spec = spec
-        has_gpu = (spec.gpu_model_code >= 0) & (spec.gpu_count > 0)
-        safe = np.where(has_gpu, spec.gpu_model_code, 0)
-        idle = catalog_column(spec.gpu_models, "idle_w") if spec.gpu_models else np.zeros(1)
-        peak = catalog_column(spec.gpu_models, "max_w") if spec.gpu_models else np.zeros(1)
-        self.gpu_idle_w = np.where(has_gpu, idle[safe], 0.0)  # [N] W per GPU holding no job
-        self.gpu_max_w = np.where(has_gpu, peak[safe], 0.0)  # [N] W per GPU at full load
-        self.gpu_count = np.where(has_gpu, spec.gpu_count, 0)
-        # The PWR socket topology (2 vCPU per core, 16 cores per socket) is shared by every model.
+        # Per-node GPU constants and the PWR socket topology (2 vCPU per core, 16 cores per socket) are shared
+        # by every model; the PWR model computes them once.
         self._pwr = BinaryPowerModel(spec, self.cpu)
+        self.gpu_idle_w = self._pwr.gpu_idle_w  # [N] W per GPU holding no job
+        self.gpu_max_w = self._pwr.gpu_max_w  # [N] W per GPU at full load
+        self.gpu_count = self._pwr.gpu_count
         self.sockets = self._pwr.sockets
 
     def gpu_busy_w(self, load: np.ndarray, nodes: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine.observers import Observer
+from ..engine.requests import empty_node_hosts
 from ..policies.registry import Registry
 
 if TYPE_CHECKING:
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 ON, OFF, BOOTING, SHUTTING_DOWN = 0, 1, 2, 3
 POWER_STATE_NAMES = ("on", "off", "booting", "shutting_down")
 BOOT_LOOKAHEAD_JOBS = 64  # pending jobs considered when sizing boots
+
+
+def _shape(req) -> tuple[int, int, int, int]:
+    """A request's (GPUs, milli per GPU, milli-CPU, MiB), the arguments of `empty_node_hosts`."""
+    return req.num_gpu, req.gpu_milli, req.cpu_milli, req.memory_mib
 
 
 class PowerStateConfig(BaseModel):
@@ -57,6 +63,8 @@ class PowerManager:
     def on_start(self, ctrl: NodePowerController, sim: Simulator) -> None: ...
 
     def on_node_idle(self, ctrl: NodePowerController, sim: Simulator, node: int) -> None: ...
+
+    def on_job_start(self, ctrl: NodePowerController, sim: Simulator, job: int) -> None: ...
 
     def on_blocked(self, ctrl: NodePowerController, sim: Simulator) -> None:
         """Jobs are waiting and some nodes are off: by default boot what the waiting work needs."""
@@ -155,11 +163,10 @@ class ForecastBuffer(PowerManager):
         self.peak_since_tick = 0.0
 
     def on_start(self, ctrl: NodePowerController, sim: Simulator) -> None:
-        ctrl.on_allocation = self._note_allocation
         sim.schedule(sim.now, lambda s: self._tick(ctrl, s))
 
-    def _note_allocation(self, allocated_gpus: float) -> None:
-        self.peak_since_tick = max(self.peak_since_tick, allocated_gpus)
+    def on_job_start(self, ctrl: NodePowerController, sim: Simulator, job: int) -> None:
+        self.peak_since_tick = max(self.peak_since_tick, sim.state.allocated_milli / 1000.0)
 
     def forecast(self, now: float, cfg: PowerStateConfig) -> float:
         recent = [v for t, v in self.history if t >= now - cfg.forecast_history_s]
@@ -181,14 +188,7 @@ class ForecastBuffer(PowerManager):
         gpus_on = float(ctrl.spec.gpu_count[powered & gpu_nodes].sum())
         rank = ctrl.rank
         if gpus_on < target:
-            off = np.flatnonzero((ctrl.power_state == OFF) & gpu_nodes)
-            boots = []
-            for node in off[np.argsort(rank[off])].tolist():
-                if gpus_on >= target:
-                    break
-                boots.append(node)
-                gpus_on += float(ctrl.spec.gpu_count[node])
-            ctrl.boot(boots, sim)
+            ctrl.boot(ctrl.off_nodes_in_rank_order(gpu_nodes, gpus_on, target), sim)
         else:
             idle = (ctrl.power_state == ON) & gpu_nodes & (sim.state.jobs_on_node == 0)
             idle &= now - ctrl.idle_since >= cfg.forecast_interval_s
@@ -210,13 +210,10 @@ class NodePowerController(Observer):
     def __init__(self, manager: PowerManager, config: PowerStateConfig):
         self.manager = manager
         self.config = config
-        self.transitions: list[tuple[float, int, int]] = []  # (time, node, new state), for the energy ledger
-        self.count_log: list[tuple[float, int, int, int, int]] = []  # (time, on, off, booting, shutting down)
-        self.on_allocation = None
-        self.boots = 0
-        self.shutdowns = 0
-        self.node_seconds_off = 0.0
-        self.counts = [0, 0, 0, 0]
+        # (time, node, new state, old state): the one record of power states; counters below derive from it.
+        self.transitions: list[tuple[float, int, int, int]] = []
+        self.counts = [0, 0, 0, 0]  # live nodes per state, needed at every event
+        self.end_time = 0.0
         self._last_plan_queue = 0
         self._last_plan_counts: tuple = ()
 
@@ -226,8 +223,6 @@ class NodePowerController(Observer):
         self.power_state = np.full(n, ON, dtype=np.int8)
         self.idle_since = np.full(n, sim.now)
         self.counts = [n, 0, 0, 0]
-        self.count_log = [(sim.now, *self.counts)]
-        self._off_clock = sim.now
         self._booting_gpus = 0.0
         self._power_epoch = 0
         self._head_checked: tuple[int, int] = (-1, -1)
@@ -237,18 +232,30 @@ class NodePowerController(Observer):
 
     # --- observer hooks ---------------------------------------------------------------------------------------
     def on_finish(self, sim: Simulator) -> None:
-        self._integrate_off_time(sim.now)
+        self.end_time = sim.now
 
-    def _integrate_off_time(self, now: float) -> None:
-        # Off time only changes slope at power-state changes, so integrate there instead of at every event.
-        self.node_seconds_off += self.counts[OFF] * (now - self._off_clock)
-        self._off_clock = now
+    @property
+    def boots(self) -> int:
+        return sum(1 for tr in self.transitions if tr[2] == BOOTING)
+
+    @property
+    def shutdowns(self) -> int:
+        return sum(1 for tr in self.transitions if tr[2] == SHUTTING_DOWN)
+
+    @property
+    def node_seconds_off(self) -> float:
+        total, off_since = 0.0, {}
+        for t, node, new, _ in self.transitions:
+            if new == OFF:
+                off_since[node] = t
+            elif node in off_since:
+                total += t - off_since.pop(node)
+        return total + sum(self.end_time - t for t in off_since.values())
 
     def on_job_start(self, sim: Simulator, job: int) -> None:
         for node, *_ in sim.placements[job]:
             self.idle_since[node] = math.inf
-        if self.on_allocation is not None:
-            self.on_allocation(sim.state.allocated_milli / 1000.0)
+        self.manager.on_job_start(self, sim, job)
 
     def on_job_end(self, sim: Simulator, job: int) -> None:
         jobs_on_node = sim.state.jobs_on_node
@@ -261,7 +268,6 @@ class NodePowerController(Observer):
         if sim.check:
             self.check_invariants(sim)
         if sim.queue_length and self.counts[OFF]:
-            # Re-plan only when the queue, the capacity or the power states changed since the last plan.
             # Re-plan only when work arrived or power states changed: freed capacity or started jobs never
             # call for more boots.
             queued, counts = sim.queue_length, tuple(self.counts)
@@ -272,7 +278,6 @@ class NodePowerController(Observer):
 
     # --- mechanism ----------------------------------------------------------------------------------------------
     def _set(self, node: int, new_state: int, sim: Simulator) -> None:
-        self._integrate_off_time(sim.now)
         old_state = int(self.power_state[node])
         gpus = float(self.spec.gpu_count[node])
         self._booting_gpus += (new_state == BOOTING) * gpus - (old_state == BOOTING) * gpus
@@ -280,8 +285,7 @@ class NodePowerController(Observer):
         self.counts[old_state] -= 1
         self.counts[new_state] += 1
         self.power_state[node] = new_state
-        self.transitions.append((sim.now, node, new_state))
-        self.count_log.append((sim.now, *self.counts))
+        self.transitions.append((sim.now, node, new_state, old_state))
 
     def shutdown(self, nodes, sim: Simulator) -> None:
         nodes = [n for n in nodes if self.power_state[n] == ON and sim.state.jobs_on_node[n] == 0]
@@ -291,7 +295,6 @@ class NodePowerController(Observer):
         for node in nodes:
             self._set(node, SHUTTING_DOWN, sim)
             self.idle_since[node] = math.inf
-        self.shutdowns += len(nodes)
 
         def done(s: Simulator) -> None:
             for node in nodes:
@@ -305,7 +308,6 @@ class NodePowerController(Observer):
             return
         for node in nodes:
             self._set(node, BOOTING, sim)
-        self.boots += len(nodes)
 
         def done(s: Simulator) -> None:
             s.state.set_available(np.asarray(nodes), True)
@@ -321,14 +323,12 @@ class NodePowerController(Observer):
         """Whether one of the first pending jobs could run on `node` (ignoring what else it needs)."""
         if not sim.queue_length:
             return False
-        spec = self.spec
+        at = [node]
         for job in islice(sim.pending(), BOOT_LOOKAHEAD_JOBS):
             req = sim.book.request(job)
-            if not req.node_mask[node]:
-                continue
-            if spec.cpu_milli[node] < req.cpu_milli and not req.gang:
-                continue
-            if req.num_gpu == 0 or req.gang or spec.gpu_count[node] >= req.num_gpu:
+            if req.gang and req.node_mask[node]:
+                return True  # any eligible GPU node can hold part of a gang
+            if empty_node_hosts(self.spec, req.node_mask, *_shape(req), nodes=at)[0]:
                 return True
         return False
 
@@ -349,38 +349,35 @@ class NodePowerController(Observer):
         supply = float(state.free_gpus[state.available].sum()) + self._booting_gpus
         supply += float(self.spec.gpu_count[boots].sum()) if boots else 0.0
         if demand > supply:
-            chosen = set(boots)
-            cand = np.flatnonzero((self.power_state == OFF) & (self.spec.gpu_count > 0))
-            for node in cand[np.argsort(self.rank[cand])].tolist():
-                if supply >= demand:
-                    break
-                if node not in chosen:
-                    boots.append(node)
-                    supply += float(self.spec.gpu_count[node])
+            boots += self.off_nodes_in_rank_order(self.spec.gpu_count > 0, supply, demand, skip=set(boots))
         return boots
+
+    def off_nodes_in_rank_order(
+        self, mask: np.ndarray, have: float, need: float, skip=frozenset()
+    ) -> list[int]:
+        """Off nodes within `mask`, in rank order, until their GPUs bring `have` up to `need`."""
+        cand = np.flatnonzero((self.power_state == OFF) & mask)
+        chosen = []
+        for node in cand[np.argsort(self.rank[cand])].tolist():
+            if have >= need:
+                break
+            if node not in skip:
+                chosen.append(node)
+                have += float(self.spec.gpu_count[node])
+        return chosen
 
     def _boots_for_head(self, sim: Simulator, job: int) -> list[int]:
         spec, state = self.spec, sim.state
-        off = self.power_state == OFF
         booting = self.power_state == BOOTING
         head = sim.book.request(job)
         if head.gang:
             have = float(state.free_gpus[state.available & head.node_mask].sum())
             have += float(spec.gpu_count[booting & head.node_mask].sum())
-            cand = np.flatnonzero(off & head.node_mask)
-            boots = []
-            for node in cand[np.argsort(self.rank[cand])].tolist():
-                if have >= head.num_gpu:
-                    break
-                boots.append(node)
-                have += float(spec.gpu_count[node])
-            return boots
-        hosts = head.node_mask & (spec.cpu_milli >= head.cpu_milli) & (spec.memory_mib >= head.memory_mib)
-        if head.num_gpu > 0:
-            hosts &= spec.gpu_count >= (head.num_gpu if head.gpu_milli >= 1000 else 1)
+            return self.off_nodes_in_rank_order(head.node_mask, have, head.num_gpu)
+        hosts = empty_node_hosts(spec, head.node_mask, *_shape(head))
         if (hosts & booting).any():
             return []
-        cand = np.flatnonzero(hosts & off)
+        cand = np.flatnonzero(hosts & (self.power_state == OFF))
         return [int(cand[np.argmin(self.rank[cand])])] if cand.size else []
 
     def check_invariants(self, sim: Simulator) -> None:

@@ -21,9 +21,6 @@ class GrowableColumns:
     def append(self, *values: float) -> None:
         self._flat.extend(values)
 
-    def __len__(self) -> int:
-        return len(self._flat) // max(len(self.names), 1)
-
     def frame(self) -> pd.DataFrame:
         data = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, len(self.names))
         return pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(self.names)})

@@ -86,18 +86,23 @@ def _all_true(n: int) -> np.ndarray:
     return _ALL_TRUE[n]
 
 
+def empty_node_hosts(
+    spec: ClusterSpec, mask: np.ndarray, ngpu: int, milli: int, cpu: int, mem: int, nodes=slice(None)
+) -> np.ndarray:
+    """Which of `nodes` could host the request alone when empty: GPU model, CPU, memory and GPU count."""
+    hosts = mask[nodes] & (spec.cpu_milli[nodes] >= cpu) & (spec.memory_mib[nodes] >= mem)
+    if ngpu > 0:
+        hosts &= spec.gpu_count[nodes] >= (ngpu if milli >= MILLI else 1)
+    return hosts
+
+
 def _can_ever_fit(
     spec: ClusterSpec, mask: np.ndarray, ngpu: int, milli: int, cpu: int, mem: int, gang: bool
 ) -> bool:
     """Whether the request fits on the empty cluster: on one node, or (gangs only) spread over several."""
-    cpu_ok = spec.cpu_milli >= cpu
-    mem_ok = spec.memory_mib >= mem
-    if ngpu == 0:
-        return bool((mask & cpu_ok & mem_ok).any())
-    need = ngpu if milli >= MILLI else 1
-    if bool((mask & cpu_ok & mem_ok & (spec.gpu_count >= need)).any()):
+    if bool(empty_node_hosts(spec, mask, ngpu, milli, cpu, mem).any()):
         return True
-    if not gang or milli < MILLI:
+    if ngpu == 0 or not gang or milli < MILLI:
         return False
     # Gang: GPUs each eligible node could host given proportional CPU and memory.
     hostable = spec.gpu_count.astype(np.float64).copy()

@@ -178,18 +178,25 @@ def _bin_mean(bins: np.ndarray, values: np.ndarray, nbins: int) -> np.ndarray:
         return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.where(n_cnt > 0, n_tot / n_cnt, np.nan))
 
 
+def packing_ratios(series: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per pod: fragmentation ratio in % of idle GPU milli (0 when nothing is idle) and GRAR (used / arrived
+    GPU milli; NaN before anything arrived), from a packing time series (fgd-pwr.md §6)."""
+    arrived = series["arrived_gpu_milli"].to_numpy(np.float64)
+    used = series["allocated_gpu_milli"].to_numpy(np.float64)
+    frag = series["frag_milli"].to_numpy(np.float64)
+    idle = series["idle_milli"].to_numpy(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(idle > 0, 100.0 * frag / idle, 0.0), np.where(arrived > 0, used / arrived, np.nan)
+
+
 def reduce_series(
     series: pd.DataFrame, total_gpus: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per-pod series -> (FGD-style integer bins, PWR-style 0.005 grid)."""
     arrived = series["arrived_gpu_milli"].to_numpy(np.float64)
     used = series["allocated_gpu_milli"].to_numpy(np.float64)
-    frag = series["frag_milli"].to_numpy(np.float64)
-    idle = series["idle_milli"].to_numpy(np.float64)
     power = series["power_w"].to_numpy(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frag_ratio = np.where(idle > 0, 100.0 * frag / idle, 0.0)
-        grar = np.where(arrived > 0, used / arrived, np.nan)
+    frag_ratio, grar = packing_ratios(series)
     cap10 = total_gpus * 10.0  # milli per 1 % of capacity
     bins = np.round(arrived / cap10).astype(np.int64)
     alloc_row = np.round(used / cap10, 2)

@@ -201,7 +201,7 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
 
 def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress):
     from ..policies.fgd import FragModel, typical_pods
-    from .fgd_pwr import FragPowerObserver
+    from .fgd_pwr import FragPowerObserver, packing_ratios
 
     jobs, cluster = inputs.jobs, inputs.cluster
     # Fragmentation against the trace's typical pods and binary-model power, after every pod (fgd-pwr.md §6).
@@ -228,17 +228,7 @@ def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress
     capacity = cluster.total_gpus * MILLI
     series["arrived_pct"] = series["arrived_gpu_milli"] / capacity * 100.0
     series["alloc_pct"] = series["allocated_gpu_milli"] / capacity * 100.0
-    idle = series["idle_milli"].to_numpy()
-    series["frag_ratio_pct"] = np.divide(
-        series["frag_milli"].to_numpy() * 100.0, idle, out=np.full(len(idle), np.nan), where=idle > 0
-    )
-    arrived_milli = series["arrived_gpu_milli"].to_numpy(dtype=np.float64)
-    series["grar"] = np.divide(
-        series["allocated_gpu_milli"].to_numpy(dtype=np.float64),
-        arrived_milli,
-        out=np.full(len(arrived_milli), np.nan),
-        where=arrived_milli > 0,
-    )
+    series["frag_ratio_pct"], series["grar"] = packing_ratios(series)
     for col in ("pod", "arrived_gpu_milli", "allocated_gpu_milli"):
         series[col] = series[col].astype(np.int64)
     series["placed"] = series["placed"].astype(bool)

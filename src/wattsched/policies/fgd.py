@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
-from ..core.jobs import JobTable
+from ..core.jobs import JobTable, spec_matrix
 from .base import PLACEMENT_POLICIES, JobRequest, PlacementPolicy
 
 POPULARITY_THRESHOLD = 95.0  # % of pods the typical classes must cover (the experiment scripts pass 95)
@@ -97,16 +97,6 @@ def typical_pods(
     )
 
 
-def spec_accepts(spec: str, model: str | None) -> bool:
-    """GPU-type accessibility (utils.go IsNodeAccessibleToPodByType): empty spec fits any node with GPUs."""
-    if not spec:
-        return True
-    if not model:
-        return False
-    names = [s for s in spec.split("|") if s]
-    return not names or model in names
-
-
 def sub_rows(rows: np.ndarray, num_gpu: int, milli: int) -> np.ndarray:
     """``NodeResource.Sub`` on GPU rows: walk GPUs in ascending milli left (stable) and take the first `num_gpu`
     with at least `milli` left. Rows of a node that cannot fit are returned with as many GPUs taken as fit."""
@@ -145,12 +135,11 @@ class FragModel:
         self.cls_cpu = typical.cpu_milli[gpu]
         self.cls_num = typical.num_gpu[gpu]
         self.cls_w = typical.count[gpu]
-        specs = [s for s, g in zip(typical.gpu_spec, gpu.tolist(), strict=True) if g]
         models = spec.gpu_models
         # Row per model code; the extra last row (code -1: node without GPUs) is never accessible.
-        acc = np.zeros((len(models) + 1, len(specs)), dtype=bool)
-        for c, m in enumerate(models):
-            acc[c] = [spec_accepts(s, m) for s in specs]
+        acc = np.zeros((len(models) + 1, int(gpu.sum())), dtype=bool)
+        spec_id, allowed = spec_matrix(np.asarray(typical.gpu_spec, dtype=object)[gpu], spec)
+        acc[: len(models)] = allowed[spec_id, : len(models)].T
         self.acc = acc
         self.all_access = bool(acc[:-1].all()) if len(models) else True
         self.node_model = spec.gpu_model_code
