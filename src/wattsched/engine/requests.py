@@ -8,7 +8,7 @@ import numpy as np
 
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.jobs import JobTable, spec_masks
-from ..policies.base import JobRequest
+from ..policies.base import JobRequest, gang_gpus
 
 
 @dataclass
@@ -104,10 +104,5 @@ def _can_ever_fit(
         return True
     if ngpu == 0 or not gang or milli < MILLI:
         return False
-    # Gang: GPUs each eligible node could host given proportional CPU and memory.
-    hostable = spec.gpu_count.astype(np.float64).copy()
-    if cpu > 0:
-        hostable = np.minimum(hostable, np.floor(spec.cpu_milli / (cpu / ngpu)))
-    if mem > 0:
-        hostable = np.minimum(hostable, np.floor(spec.memory_mib / (mem / ngpu)))
-    return float(hostable[mask].sum()) >= ngpu
+    hostable = gang_gpus(spec.gpu_count, spec.cpu_milli, spec.memory_mib, ngpu, cpu, mem)
+    return int(hostable[mask].sum()) >= ngpu

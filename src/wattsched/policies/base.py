@@ -64,6 +64,17 @@ def feasible_nodes(state: ClusterState, req: JobRequest) -> np.ndarray:
     return mask & (state.max_gpu_left >= req.gpu_milli)
 
 
+def gang_gpus(gpus: np.ndarray, cpu: np.ndarray, mem: np.ndarray, num_gpu: int, cpu_req: int, mem_req: int):
+    """GPUs of a gang each node can host: its `gpus`, limited by the CPU and memory it has for the gang's
+    per-GPU share (a gang takes CPU and memory in proportion to the GPUs on each node)."""
+    usable = np.asarray(gpus, dtype=np.int64).copy()
+    if cpu_req > 0:
+        usable = np.minimum(usable, (np.asarray(cpu) // (cpu_req / num_gpu)).astype(np.int64))
+    if mem_req > 0:
+        usable = np.minimum(usable, (np.asarray(mem) // (mem_req / num_gpu)).astype(np.int64))
+    return usable
+
+
 def gpus_best(row: np.ndarray, num_gpu: int, milli: int) -> tuple[int, ...]:
     """`best` GPU choice: a share pod takes the fitting GPU with least milli left (first index on ties);
     whole-GPU pods take the lowest-index fully free GPUs."""
@@ -140,12 +151,14 @@ class PlacementPolicy(ABC):
         nodes = np.flatnonzero(mask)
         if nodes.size == 0:
             return None
-        # GPUs each node can host given its CPU and memory left.
-        usable = state.free_gpus[nodes].copy()
-        if per_gpu_cpu > 0:
-            usable = np.minimum(usable, (state.cpu_left[nodes] // per_gpu_cpu).astype(np.int64))
-        if per_gpu_mem > 0:
-            usable = np.minimum(usable, (state.mem_left[nodes] // per_gpu_mem).astype(np.int64))
+        usable = gang_gpus(
+            state.free_gpus[nodes],
+            state.cpu_left[nodes],
+            state.mem_left[nodes],
+            req.num_gpu,
+            req.cpu_milli,
+            req.memory_mib,
+        )
         if int(usable.sum()) < req.num_gpu:
             return None
         order = np.lexsort((self.rank[nodes], -usable))
