@@ -187,3 +187,62 @@ def test_philly_idle_timeout_with_caiso_prices(tmp_path):
     assert always["energy_kwh"] > timeout["energy_kwh"] > 0
     assert timeout["cost_usd"] > 0 and timeout["co2_kg"] > 0
     assert timeout["energy_model"]["price"]["trace_start_utc"].startswith("2017-09-04")
+
+
+def test_work_arriving_after_the_queue_drained_still_boots_nodes():
+    # A case found by fuzzing: the queue emptied while nodes were off, then a 12-GPU gang arrived. The re-plan
+    # trigger compared against the queue length from before the queue drained, so nothing booted and the gang
+    # waited until the stall guard (ten simulated years of forecast ticks).
+    spec = make_cluster(
+        [(8, "A100", 8000, 10**6), (8, "T4", 8000, 10**6), (2, "T4", 8000, 10**6), (2, "T4", 16000, 10**6)]
+    )
+    rows = [
+        (278.9, 206.1, 2, 1000, 6000, ""),
+        (462.0, 63.1, 1, 1000, 15000, "V100|A100"),
+        (381.9, 188.3, 12, 1000, 17000, ""),
+        (73.4, 237.6, 1, 700, 12000, ""),
+        (191.7, 249.5, 1, 700, 15000, "V100|A100"),
+        (339.4, 44.3, 8, 1000, 15000, "T4"),
+        (142.9, 62.3, 1, 250, 16000, "T4"),
+        (18.6, 122.2, 1, 1000, 0, "V100|A100"),
+        (115.3, 14.0, 2, 1000, 19000, "T4"),
+    ]
+    keys = ("submit", "duration", "gpus", "milli", "cpu", "spec")
+    jobs = make_jobs([dict(zip(keys, r, strict=True)) for r in rows])
+    sim, out, _, _ = simulate_energy(
+        jobs,
+        spec,
+        placement="best-fit",
+        manager="forecast",
+        base=10.0,
+        boot_time_s=20,
+        forecast_interval_s=50,
+    )
+    assert (out.status != 1).all()  # nothing left pending
+    assert out.status[2] == STATUS_DONE
+    assert sim.now < 10_000  # not the ten-year stall
+
+
+def test_gang_boot_plan_counts_only_gpus_the_gang_can_use():
+    # A case found by fuzzing: a 12-GPU gang takes CPU per GPU, so the 8-GPU V100 node (8 vCPU) can hold only 4 of
+    # its GPUs. Counting all 8 booted too few nodes, and nothing re-planned: the gang waited forever.
+    spec = make_cluster(
+        [
+            (8, "T4", 40000, 10**6),
+            (4, "A100", 64000, 10**6),
+            (8, "V100", 8000, 10**6),
+            (2, "T4", 16000, 10**6),
+        ]
+    )
+    rows = [
+        (33.5, 297.2, 1, 1000, 3000, "T4"),
+        (89.4, 255.3, 1, 1000, 8000, ""),
+        (294.6, 284.1, 12, 1000, 20000, ""),
+    ]
+    keys = ("submit", "duration", "gpus", "milli", "cpu", "spec")
+    jobs = make_jobs([dict(zip(keys, r, strict=True)) for r in rows])
+    sim, out, _, _ = simulate_energy(
+        jobs, spec, placement="best-fit", manager="idle-timeout", base=10.0, boot_time_s=0, idle_timeout_s=30
+    )
+    assert (out.status == STATUS_DONE).all()
+    assert sim.now < 10_000

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine.observers import Observer
 from ..engine.requests import empty_node_hosts
+from ..policies.base import gang_gpus
 from ..policies.registry import Registry
 
 if TYPE_CHECKING:
@@ -267,14 +268,16 @@ class NodePowerController(Observer):
     def on_batch_end(self, sim: Simulator) -> None:
         if sim.check:
             self.check_invariants(sim)
-        if sim.queue_length and self.counts[OFF]:
+        queued = sim.queue_length
+        if queued and self.counts[OFF]:
             # Re-plan only when work arrived or power states changed: freed capacity or started jobs never
             # call for more boots.
-            queued, counts = sim.queue_length, tuple(self.counts)
+            counts = tuple(self.counts)
             if queued > self._last_plan_queue or counts != self._last_plan_counts:
                 self.manager.on_blocked(self, sim)
                 self._last_plan_counts = tuple(self.counts)
-            self._last_plan_queue = queued
+        # Tracked on every batch: a queue that drained and refills must count as new work.
+        self._last_plan_queue = queued
 
     # --- mechanism ----------------------------------------------------------------------------------------------
     def _set(self, node: int, new_state: int, sim: Simulator) -> None:
@@ -353,9 +356,11 @@ class NodePowerController(Observer):
         return boots
 
     def off_nodes_in_rank_order(
-        self, mask: np.ndarray, have: float, need: float, skip=frozenset()
+        self, mask: np.ndarray, have: float, need: float, skip=frozenset(), capacity: np.ndarray | None = None
     ) -> list[int]:
-        """Off nodes within `mask`, in rank order, until their GPUs bring `have` up to `need`."""
+        """Off nodes within `mask`, in rank order, until their `capacity` (default: GPUs) brings `have` to
+        `need`."""
+        capacity = self.spec.gpu_count if capacity is None else capacity
         cand = np.flatnonzero((self.power_state == OFF) & mask)
         chosen = []
         for node in cand[np.argsort(self.rank[cand])].tolist():
@@ -363,7 +368,7 @@ class NodePowerController(Observer):
                 break
             if node not in skip:
                 chosen.append(node)
-                have += float(self.spec.gpu_count[node])
+                have += float(capacity[node])
         return chosen
 
     def _boots_for_head(self, sim: Simulator, job: int) -> list[int]:
@@ -371,9 +376,13 @@ class NodePowerController(Observer):
         booting = self.power_state == BOOTING
         head = sim.book.request(job)
         if head.gang:
-            have = float(state.free_gpus[state.available & head.node_mask].sum())
-            have += float(spec.gpu_count[booting & head.node_mask].sum())
-            return self.off_nodes_in_rank_order(head.node_mask, have, head.num_gpu)
+            # Count only the GPUs the gang can use on each node, given its CPU and memory per GPU.
+            shape = (head.num_gpu, head.cpu_milli, head.memory_mib)
+            usable_now = gang_gpus(state.free_gpus, state.cpu_left, state.mem_left, *shape)
+            usable_empty = gang_gpus(spec.gpu_count, spec.cpu_milli, spec.memory_mib, *shape)
+            have = float(usable_now[state.available & head.node_mask].sum())
+            have += float(usable_empty[booting & head.node_mask].sum())
+            return self.off_nodes_in_rank_order(head.node_mask, have, head.num_gpu, capacity=usable_empty)
         hosts = empty_node_hosts(spec, head.node_mask, *_shape(head))
         if (hosts & booting).any():
             return []
