@@ -189,6 +189,14 @@ def test_philly_idle_timeout_with_caiso_prices(tmp_path):
     assert timeout["energy_model"]["price"]["trace_start_utc"].startswith("2017-09-04")
 
 
+def replay_fuzzed(rows, spec, **kw):
+    """Replay a case from the fuzzer: rows of (submit, duration, GPUs, milli, CPU, GPU spec)."""
+    keys = ("submit", "duration", "gpus", "milli", "cpu", "spec")
+    jobs = make_jobs([dict(zip(keys, r, strict=True)) for r in rows])
+    sim, out, _, _ = simulate_energy(jobs, spec, placement="best-fit", base=10.0, **kw)
+    return sim, out
+
+
 def test_work_arriving_after_the_queue_drained_still_boots_nodes():
     # A case found by fuzzing: the queue emptied while nodes were off, then a 12-GPU gang arrived. The re-plan
     # trigger compared against the queue length from before the queue drained, so nothing booted and the gang
@@ -207,17 +215,7 @@ def test_work_arriving_after_the_queue_drained_still_boots_nodes():
         (18.6, 122.2, 1, 1000, 0, "V100|A100"),
         (115.3, 14.0, 2, 1000, 19000, "T4"),
     ]
-    keys = ("submit", "duration", "gpus", "milli", "cpu", "spec")
-    jobs = make_jobs([dict(zip(keys, r, strict=True)) for r in rows])
-    sim, out, _, _ = simulate_energy(
-        jobs,
-        spec,
-        placement="best-fit",
-        manager="forecast",
-        base=10.0,
-        boot_time_s=20,
-        forecast_interval_s=50,
-    )
+    sim, out = replay_fuzzed(rows, spec, manager="forecast", boot_time_s=20, forecast_interval_s=50)
     assert (out.status != 1).all()  # nothing left pending
     assert out.status[2] == STATUS_DONE
     assert sim.now < 10_000  # not the ten-year stall
@@ -239,10 +237,6 @@ def test_gang_boot_plan_counts_only_gpus_the_gang_can_use():
         (89.4, 255.3, 1, 1000, 8000, ""),
         (294.6, 284.1, 12, 1000, 20000, ""),
     ]
-    keys = ("submit", "duration", "gpus", "milli", "cpu", "spec")
-    jobs = make_jobs([dict(zip(keys, r, strict=True)) for r in rows])
-    sim, out, _, _ = simulate_energy(
-        jobs, spec, placement="best-fit", manager="idle-timeout", base=10.0, boot_time_s=0, idle_timeout_s=30
-    )
+    sim, out = replay_fuzzed(rows, spec, manager="idle-timeout", boot_time_s=0, idle_timeout_s=30)
     assert (out.status == STATUS_DONE).all()
     assert sim.now < 10_000
