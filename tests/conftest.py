@@ -10,6 +10,7 @@ import pytest
 
 from wattsched.core.cluster import ClusterSpec, ClusterState
 from wattsched.core.jobs import JobTable
+from wattsched.engine.observers import Observer
 
 
 def make_cluster(shapes: list[tuple[int, str, int, int]], name: str = "test") -> ClusterSpec:
@@ -74,6 +75,64 @@ def require_real_file(dataset: str, relpath: str) -> Path:
     return path
 
 
+def make_sim(jobs, spec, queue="fifo", placement="first-fit", seed=0, observers=(), **kw):
+    """A simulator running a queue + placement pair (invariants checked after every event)."""
+    from wattsched.engine.temporal import Simulator
+    from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+    from wattsched.policies.adapters import QueuePlacementScheduler
+
+    scheduler = QueuePlacementScheduler(QUEUE_POLICIES.create(queue), PLACEMENT_POLICIES.create(placement))
+    kw.setdefault("check_invariants", True)
+    return Simulator(jobs, spec, scheduler, np.random.default_rng(seed), observers=observers, **kw)
+
+
+class StepIntegrator(Observer):
+    """An independent check of the energy ledger: at every event interval, cluster power is recomputed from
+    scratch from the simulator's live state (node power states, CPU left, the jobs on each GPU and their loads)
+    and multiplied by the interval's length. Slow and simple on purpose."""
+
+    COMPONENTS = ("gpu_active", "gpu_idle", "cpu", "node_base", "power_transitions")
+
+    def __init__(self, model_name: str, node_base_w: float, off_power_w: float = 0.0):
+        from wattsched.energy.power_models import POWER_MODELS
+
+        self.model = POWER_MODELS.create(model_name)
+        self.base = node_base_w
+        self.off_w = off_power_w
+        self.energy = dict.fromkeys(self.COMPONENTS, 0.0)
+
+    def on_start(self, sim) -> None:
+        self.model.bind(sim.spec)
+
+    def on_interval(self, sim, t0: float, t1: float) -> None:
+        from wattsched.core.states import BOOTING, OFF, ON, SHUTTING_DOWN
+
+        dt = t1 - t0
+        spec, model = sim.spec, self.model
+        loads: dict[tuple[int, int], float] = {}
+        for job in sim.running:
+            placement = sim.log.placements[int(sim.alloc_id[job])]
+            for node, gpus, _, _ in placement:
+                for g in gpus:
+                    loads[(node, g)] = loads.get((node, g), 0.0) + float(sim.load[job])
+        states = sim.power.power_state if sim.power is not None else np.zeros(spec.num_nodes, dtype=int)
+        for node in range(spec.num_nodes):
+            idx = np.array([node])
+            state = int(states[node])
+            if state == ON:
+                busy = [(node, g) for g in range(int(spec.gpu_count[node])) if (node, g) in loads]
+                for key in busy:
+                    self.energy["gpu_active"] += float(model.gpu_busy_w(np.array([loads[key]]), idx)[0]) * dt
+                free = int(model.gpu_count[node]) - len(busy)
+                self.energy["gpu_idle"] += free * float(model.gpu_idle_w[node]) * dt
+                self.energy["cpu"] += float(model.cpu_w(np.array([sim.state.cpu_left[node]]), idx)[0]) * dt
+                self.energy["node_base"] += self.base * dt
+            elif state in (BOOTING, SHUTTING_DOWN):
+                self.energy["power_transitions"] += (float(model.node_idle_w(idx)[0]) + self.base) * dt
+            elif state == OFF:
+                self.energy["power_transitions"] += self.off_w * dt
+
+
 def simulate_energy(
     jobs,
     spec,
@@ -87,32 +146,24 @@ def simulate_energy(
     **states,
 ):
     """Run a temporal simulation with a power manager and the energy ledger; invariants checked per event."""
-    from wattsched.energy.ledger import EnergyLedger
     from wattsched.energy.power_models import POWER_MODELS
-    from wattsched.energy.power_states import POWER_MANAGERS, NodePowerController, PowerStateConfig
-    from wattsched.energy.utilisation import job_gpu_load
-    from wattsched.engine.temporal import Simulator
-    from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+    from wattsched.engine.ledger import EnergyLedger
+    from wattsched.engine.power import NodePower, PowerStateConfig
+    from wattsched.policies.power import power_manager_from_config
 
-    power = POWER_MODELS.create(model)
-    controller = NodePowerController(POWER_MANAGERS.create(manager), PowerStateConfig(**states))
+    power_model = POWER_MODELS.create(model)
+    config = PowerStateConfig(**states)
+    power = NodePower(power_manager_from_config(manager, config), config)
     accountant = EnergyLedger(
-        power,
-        job_gpu_load(jobs),
-        node_base_w=power.default_node_base_w if base is None else base,
+        power_model,
+        node_base_w=power_model.default_node_base_w if base is None else base,
         pue=pue,
-        controller=controller,
+        controller=power,
         price=price,
         carbon=carbon,
     )
-    sim = Simulator(
-        jobs,
-        spec,
-        QUEUE_POLICIES.create("fifo"),
-        PLACEMENT_POLICIES.create(placement),
-        np.random.default_rng(0),
-        observers=[controller, accountant],
-        check_invariants=True,
-    )
+    integrator = StepIntegrator(model, accountant.node_base_w, config.off_power_w)
+    sim = make_sim(jobs, spec, "fifo", placement, seed=0, observers=[accountant, integrator], power=power)
     out = sim.run()
-    return sim, out, accountant, controller
+    sim.integrator = integrator
+    return sim, out, accountant, power

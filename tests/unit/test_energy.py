@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_cluster, make_jobs, require_real_file, simulate_energy
+from wattsched.core.states import STATUS_DONE
 from wattsched.energy.power_models import POWER_MODELS
 from wattsched.energy.signals import GridSignal, align
 from wattsched.energy.utilisation import job_gpu_load
-from wattsched.engine.temporal import STATUS_DONE
 from wattsched.experiments.cluster_power import cluster_power_table
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import run_simulation

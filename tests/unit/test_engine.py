@@ -3,22 +3,14 @@
 import numpy as np
 import pytest
 
-from tests.conftest import make_cluster, make_jobs
+from tests.conftest import make_cluster, make_jobs, make_sim
+from wattsched.core.states import STATUS_DONE, STATUS_UNSCHEDULABLE
+from wattsched.energy.dvfs import GpuSetting, dvfs_response
 from wattsched.engine.observers import Observer
-from wattsched.engine.temporal import STATUS_DONE, STATUS_UNSCHEDULABLE, Simulator
-from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 
 
 def simulate(jobs, spec, queue="fifo", placement="first-fit", observers=(), seed=0):
-    sim = Simulator(
-        jobs,
-        spec,
-        QUEUE_POLICIES.create(queue),
-        PLACEMENT_POLICIES.create(placement),
-        np.random.default_rng(seed),
-        observers=observers,
-        check_invariants=True,
-    )
+    sim = make_sim(jobs, spec, queue, placement, seed=seed, observers=observers)
     return sim, sim.run()
 
 
@@ -87,13 +79,16 @@ def test_jobs_that_can_never_fit_are_unschedulable_and_the_run_goes_on():
 
 def test_rate_change_recomputes_completion():
     jobs = make_jobs([{"submit": 0, "duration": 100, "gpus": 1}])
+    slow = GpuSetting(sm_clock_fraction=0.6)
 
-    class HalfSpeedAtTen(Observer):
+    class RetuneAtTen(Observer):
         def on_start(self, sim):
-            sim.schedule(10.0, lambda s: s.set_rate(0, 0.5))
+            sim.schedule(10.0, lambda view, actions: actions.retune(0, slow), sim.actions)
 
-    _, out = simulate(jobs, ONE_NODE, observers=[HalfSpeedAtTen()])
-    assert out.end_s[0] == pytest.approx(10 + 90 / 0.5)
+    _, out = simulate(jobs, ONE_NODE, observers=[RetuneAtTen()])
+    speed = dvfs_response("V100", slow)[0]
+    assert speed < 0.9
+    assert out.end_s[0] == pytest.approx(10 + 90 / speed)
 
 
 def test_interval_hook_covers_the_run_exactly():

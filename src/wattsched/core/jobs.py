@@ -34,15 +34,27 @@ class JobTable:
     deadline_s: np.ndarray  # float64 [J], NaN when none
     user: np.ndarray  # object [J]: user or virtual cluster
     source_line: np.ndarray  # int64 [J]: line in the input file (1-based, header = line 1); 0 if generated
-    gpu_util: np.ndarray = field(
+    gpu_util: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64 [J]: GPU util, NaN unknown
+    batch_size: np.ndarray = field(default_factory=lambda: np.zeros(0))  # int64 [J]: global batch, 0 unknown
+    iterations: np.ndarray = field(
         default_factory=lambda: np.zeros(0)
-    )  # float64 [J]: measured GPU util, NaN unknown
+    )  # float64 [J]: work in it., NaN unknown
+    checkpoint_s: np.ndarray = field(
+        default_factory=lambda: np.zeros(0)
+    )  # float64 [J]: interval, NaN default
     source: str = "unknown"
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.gpu_util.shape != self.job_id.shape:
-            self.gpu_util = np.full(len(self.job_id), np.nan)
+        n = len(self.job_id)
+        for name, fill, dtype in (
+            ("gpu_util", np.nan, np.float64),
+            ("batch_size", 0, np.int64),
+            ("iterations", np.nan, np.float64),
+            ("checkpoint_s", np.nan, np.float64),
+        ):
+            if getattr(self, name).shape != (n,):
+                setattr(self, name, np.full(n, fill, dtype=dtype))
 
     def __len__(self) -> int:
         return len(self.job_id)
@@ -77,6 +89,9 @@ class JobTable:
         user=None,
         source_line=None,
         gpu_util=None,
+        batch_size=None,
+        iterations=None,
+        checkpoint_s=None,
         source: str = "unknown",
         notes: list[str] | None = None,
     ) -> JobTable:
@@ -105,6 +120,9 @@ class JobTable:
             user=arr(user, object, ""),
             source_line=arr(source_line, np.int64, 0),
             gpu_util=arr(gpu_util, np.float64, np.nan),
+            batch_size=arr(batch_size, np.int64, 0),
+            iterations=arr(iterations, np.float64, np.nan),
+            checkpoint_s=arr(checkpoint_s, np.float64, np.nan),
             source=source,
             notes=list(notes or []),
         )

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..core.cluster import ClusterSpec
-from ..policies.registry import Registry
+from ..core.registry import Registry
 from .binary import PWR_FALLBACK_CPU, BinaryPowerModel, CpuPowerSpec
 
 # Node base power when a model does not fix it (reconstructed: a GPU server's memory, NICs, fans and disks; no

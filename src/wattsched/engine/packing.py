@@ -17,8 +17,8 @@ import numpy as np
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.jobs import JobTable
 from ..policies.base import Placement, PlacementPolicy
+from ..policies.requests import RequestBook
 from .recorder import GrowableColumns
-from .requests import RequestBook
 
 
 class PackingObserver:

@@ -1,40 +1,59 @@
 """Temporal mode: jobs arrive, queue, run and leave. A discrete-event loop over a heap, no fixed ticks.
 
 Arrivals are read in order from a sorted array (they never enter the heap, which keeps it small for 10^6 jobs).
-The heap holds completions and hook events (power-state transitions, price/carbon ticks, policy wake-ups), ordered
-by (time, priority, sequence). Job progress is integrated analytically: a job has remaining work and a rate, and
-its completion event is recomputed whenever its rate changes; stale completions are dropped by a version counter.
+The heap holds completions, restart ends and callbacks (power transitions, rounds, policy wake-ups), ordered by
+(time, kind, sequence). Job progress is integrated analytically: a job has remaining work and a rate, and its
+completion event is recomputed whenever its rate changes; stale events are dropped by a version counter.
+
+The simulator is one backend of the policy contract (``policies.contract``): it offers a read-only
+:class:`SimView` and applies :class:`SimActions` at once. Everything a job holds over its life is written to the
+:class:`~.alloc_log.AllocationLog`, from which energy and the job table are derived after the run.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
 
 import numpy as np
 from sortedcontainers import SortedList
 
-from ..core.cluster import ClusterSpec, ClusterState
+from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
-from ..policies.base import Placement, PlacementPolicy, QueuePolicy, run_pass
+from ..core.states import (
+    PHASE_RELEASED,
+    PHASE_RESTARTING,
+    PHASE_RUNNING,
+    STATUS_DONE,
+    STATUS_DROPPED,
+    STATUS_FUTURE,
+    STATUS_PENDING,
+    STATUS_RUNNING,
+    STATUS_UNSCHEDULABLE,
+)
+from ..energy.dvfs import GpuSetting
+from ..perf.model import PerformanceModel
+from ..policies.base import JobRequest, Placement
+from ..policies.contract import BindContext, InvalidDecision, Scheduler, Target, WakeCallback
+from ..policies.requests import RequestBook
+from .alloc_log import NO_ALLOC, AllocationLog
 from .observers import Observer
-from .requests import RequestBook
+from .power import NodePower
 
-# Event priorities at equal times: completions free resources before arrivals, hooks run last.
-PRIO_COMPLETION = 0
-PRIO_HOOK = 1
+# Event kinds, in the order they run at equal times: completions free resources first, then restarts end, then
+# callbacks (power transitions, rounds, wake-ups).
+KIND_COMPLETION, KIND_RESTART_DONE, KIND_CALLBACK = 0, 1, 2
 
-# Job status codes in the output table.
-STATUS_FUTURE, STATUS_PENDING, STATUS_RUNNING, STATUS_DONE, STATUS_UNSCHEDULABLE, STATUS_DROPPED = range(6)
-STATUS_NAMES = ("not_arrived", "pending", "running", "completed", "unschedulable", "dropped")
-
-_FAILED_MEMO_SIZE = 32
 STALL_LIMIT_S = 3650 * 86400.0
 _PENDING_CHUNK = 16
+
+
+def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
+    return frozenset((node, g) for node, gpus, _, _ in placement for g in gpus)
 
 
 def _implementing(observers: list[Observer], hook: str) -> list:
@@ -44,35 +63,54 @@ def _implementing(observers: list[Observer], hook: str) -> list:
 
 
 @dataclass
-class JobOutcome:
-    """Per-job results, as arrays aligned with the job table."""
+class RunOutcome:
+    """Per-job results, as arrays aligned with the job table, plus the allocation log."""
 
     status: np.ndarray  # int8 [J]
-    start_s: np.ndarray  # float64 [J]
+    start_s: np.ndarray  # float64 [J] first start
     end_s: np.ndarray  # float64 [J]
-    placements: list[Placement | None]
+    log: AllocationLog
+    restarts: np.ndarray  # int64 [J] resumes, resizes and migrations (each charged a restart delay)
+    preemptions: np.ndarray  # int64 [J] stops by the scheduler
+    restart_gpu_s: np.ndarray  # float64 [J] GPU-seconds held while restarting
+    work_lost: np.ndarray  # float64 [J] progress lost to preemption (work units)
+
+    @property
+    def placements(self) -> list[Placement | None]:
+        """The last placement each job held (None if it never ran)."""
+        return self.log.last_placements(len(self.status))
 
 
 class Simulator:
-    """Runs one workload on one cluster under one (queue, placement) policy pair."""
+    """Runs one workload on one cluster under one scheduler (and one power manager)."""
 
     def __init__(
         self,
         jobs: JobTable,
         spec: ClusterSpec,
-        queue: QueuePolicy,
-        placement: PlacementPolicy,
+        scheduler: Scheduler,
         rng: np.random.Generator,
+        *,
+        perf: PerformanceModel | None = None,
+        power: NodePower | None = None,
+        checkpoint_interval_s: float = 0.0,
         observers: Iterable[Observer] = (),
         check_invariants: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        power_meter=None,
+        signals: tuple = (None, None),
     ):
+        from ..energy.utilisation import job_gpu_load
+
         self.jobs = jobs
         self.spec = spec
-        self.queue = queue
-        self.placement = placement
+        self.scheduler = scheduler
         self.state = ClusterState(spec)
         self.book = RequestBook.build(jobs, spec)
+        self.perf = perf if perf is not None else PerformanceModel(jobs, spec, job_gpu_load(jobs))
+        self.power = power
+        self.power_meter = power_meter
+        self.price, self.carbon = signals
         self.observers = list(observers)
         # Dispatch each hook only to observers that implement it: most hooks run once per event.
         self._on_interval = _implementing(self.observers, "on_interval")
@@ -81,51 +119,73 @@ class Simulator:
         self._on_batch_end = _implementing(self.observers, "on_batch_end")
         self.check = check_invariants
         self.progress = progress
-        placement.bind(spec, rng)
-        placement.prepare(jobs, spec)
+        if not checkpoint_interval_s >= 0:
+            raise ValueError(f"checkpoint interval must be >= 0 s, got {checkpoint_interval_s}")
+        self.checkpoint_interval_s = float(checkpoint_interval_s)
+        # Per job: the trace's interval where it has one, else the run's (0: checkpoint when stopped, no loss).
+        own = jobs.checkpoint_s
+        self.ckpt_interval = np.where(np.isnan(own), self.checkpoint_interval_s, own)
+        # The seeded node order every policy of the run breaks ties with (drawn first from the policy stream).
+        self.node_rank = rng.permutation(spec.num_nodes).astype(np.int64)
+        self.view = SimView(self)
+        self.actions = SimActions(self, scheduler.name)
+        self._by = scheduler.name
+        self.actions_for_power = SimActions(self, power.manager.name if power else "power manager")
+        scheduler.bind(BindContext(spec, jobs, rng, self.node_rank, self.perf))
+        self._admit = getattr(scheduler, "admit", None)
 
         n = len(jobs)
+        self._gpu_width = max(spec.max_gpus_per_node, 1)
         self.now = 0.0
         self.status = np.full(n, STATUS_FUTURE, dtype=np.int8)
+        self.phase = np.full(n, PHASE_RELEASED, dtype=np.int8)
         self.start_s = np.full(n, np.nan)
         self.end_s = np.full(n, np.nan)
+        self.work = self.perf.work
+        self.remaining = self.work.astype(np.float64).copy()
         self.rate = np.ones(n)
-        self.remaining = jobs.duration_s.astype(np.float64).copy()
         self.last_update = np.zeros(n)
         self.version = np.zeros(n, dtype=np.int64)
-        self.placements: list[Placement | None] = [None] * n
-        self.running: set[int] = set()
-        self._priority = np.asarray(queue.priority(jobs), dtype=np.float64)
+        self.alloc_id = np.full(n, NO_ALLOC, dtype=np.int64)
+        self.share = np.zeros(n, dtype=np.int64)
+        self.setting_id = np.zeros(n, dtype=np.int64)
+        self.load = np.zeros(n)
+        self.held_gpus = np.zeros(n, dtype=np.int64)
+        self.hold_since = np.zeros(n)
+        self.attained_gpu_s = np.zeros(n)
+        self.executed_s = np.zeros(n)
+        self.last_stop = jobs.submit_s.astype(np.float64).copy()
+        self.ckpt_next = np.full(n, math.inf)
+        self.ckpt_done = np.zeros(n)
+        self.restarts = np.zeros(n, dtype=np.int64)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.restart_gpu_s = np.zeros(n)
+        self.work_lost = np.zeros(n)
+        self.last_alloc = np.full(n, NO_ALLOC, dtype=np.int64)  # what each job held last (same-GPU restarts)
+        self.log = AllocationLog()
+        self.running: dict[int, None] = {}  # insertion-ordered set of jobs holding GPUs
+        self._residents: dict[int, list[int]] = {}  # GPU id -> jobs sharing it (share < 1000 only)
+        self._priority = np.asarray(scheduler.priority(jobs), dtype=np.float64)
         self._pending: SortedList = SortedList()
         self._heap: list[tuple[float, int, int, int, object]] = []
         self._seq = 0
-        self._failed: list[tuple[int, int, int, int, int, bool]] = []
-        self._failed_epoch = -1
         self._released = True
         self._last_start = 0.0
+        self._next_arrival = math.inf
 
-    # ----- public API for observers, power managers and frequency governors -----------------------------------
+    # ----- services for the view, actions and the energy layer ------------------------------------------------
     @property
     def queue_length(self) -> int:
         return len(self._pending)
 
-    def schedule(self, time: float, callback: Callable[[Simulator], None]) -> None:
-        """Run `callback(sim)` at `time` (after completions at that time). Used by energy-layer hooks."""
-        self._push(time, PRIO_HOOK, -1, callback)
-
-    def set_rate(self, job: int, rate: float) -> None:
-        """Change a running job's progress rate (work seconds per second) from now on."""
-        if rate <= 0:
-            raise ValueError("rate must be positive")
-        self._settle(job)
-        self.rate[job] = rate
-        self._schedule_completion(job)
+    def schedule(self, time: float, callback: WakeCallback, actions: SimActions | None = None) -> None:
+        """Call `callback(view, actions)` at `time` (after completions and restart ends at that time)."""
+        self._push(time, KIND_CALLBACK, -1, (callback, actions or self.actions_for_power))
 
     def mark_released(self) -> None:
-        """Tell the engine that capacity appeared (e.g. a node finished booting): run a scheduling pass."""
+        """Capacity appeared (e.g. a node finished booting): run a scheduling decision after this batch."""
         self._released = True
 
-    # ----- PassContext (the queue policy's view of one pass) ----------------------------------------------------
     def pending(self) -> Iterator[int]:
         """Pending jobs in priority order; safe while jobs start (read in small chunks, resumed by key)."""
         if not self._pending:
@@ -138,59 +198,32 @@ class Simulator:
             last = chunk[-1]
             chunk = list(islice(self._pending.irange(minimum=last, inclusive=(False, True)), _PENDING_CHUNK))
 
-    def try_start(self, job: int) -> bool:
-        state = self.state
-        if self._failed_epoch != state.release_epoch:
-            self._failed.clear()
-            self._failed_epoch = state.release_epoch
-        sig = self.book.signature(job)
-        # Within one epoch capacity only shrinks, so a request that dominates a failed one fails too.
-        for f in self._failed:
-            if (
-                sig[0] == f[0]
-                and sig[5] == f[5]
-                and sig[1] >= f[1]
-                and sig[2] >= f[2]
-                and sig[3] >= f[3]
-                and sig[4] >= f[4]
-            ):
-                return False
-        placement = self.placement.place(state, self.book.request(job))
-        if placement is None:
-            if len(self._failed) < _FAILED_MEMO_SIZE:
-                self._failed.append(sig)
-            return False
-        self._start(job, placement)
-        return True
-
-    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
-        running = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
-        ends = self.last_update[running] + self.remaining[running] / self.rate[running]
-        gpus = self.jobs.num_gpu[running] * self.jobs.gpu_milli[running] / 1000.0
-        return ends, gpus
-
-    def free_gpus_total(self) -> int:
-        return int(self.state.free_gpus[self.state.available].sum())
-
     # ----- the loop ----------------------------------------------------------------------------------------------
-    def run(self) -> JobOutcome:
+    def run(self) -> RunOutcome:
         jobs = self.jobs
         n = len(jobs)
         order = np.argsort(jobs.submit_s, kind="stable")
-        arrival_times = jobs.submit_s[order]
+        times_list = jobs.submit_s[order].tolist()
         order_list = order.tolist()
-        times_list = arrival_times.tolist()
         never_fits = self.book.never_fits
         status = self.status
         heap = self._heap
         progress_step = max(n // 200, 1)
         self.now = times_list[0] if n else 0.0
         self._last_start = self.now
+        self._next_arrival = times_list[0] if n else math.inf
         for obs in self.observers:
             obs.on_start(self)
+        if self.power is not None:
+            self.power.start(self)
+        self.scheduler.on_start(self.view, self.actions)
+        scheduler = self.scheduler
+        decide_on_arrival = scheduler.decide_on_arrival
+        decide_on_release = scheduler.decide_on_release
+        admit = self._admit
 
         ai = 0
-        # Hooks (power timers, forecast ticks) do not keep the run alive on their own: it ends with the last
+        # Callbacks (power timers, rounds) do not keep the run alive on their own: it ends with the last
         # completion, unless work is still waiting (e.g. for a node to boot).
         while ai < n or self.running or (self._pending and heap):
             t_arrival = times_list[ai] if ai < n else math.inf
@@ -201,88 +234,370 @@ class Simulator:
                     hook(self, self.now, t)
                 self.now = t
             while heap and heap[0][0] <= t:
-                _, _, _, ref, payload = heapq.heappop(heap)
-                if ref >= 0:
-                    if payload == self.version[ref] and status[ref] == STATUS_RUNNING:
+                _, kind, _, ref, payload = heapq.heappop(heap)
+                if kind == KIND_CALLBACK:
+                    callback, actions = payload  # type: ignore[misc]
+                    callback(self.view, actions)
+                elif payload == self.version[ref] and status[ref] == STATUS_RUNNING:
+                    if kind == KIND_COMPLETION:
                         self._finish(ref)
-                else:
-                    payload(self)  # type: ignore[operator]
+                    else:
+                        self._restart_done(ref)
             if ai >= n and not self.running and t - self._last_start > STALL_LIMIT_S:
                 raise WattschedError(
                     f"simulation stalled: {len(self._pending)} jobs wait but nothing has run for "
-                    f"{STALL_LIMIT_S / 86400:.0f} simulated days (a power manager that never boots capacity?)"
+                    f"{STALL_LIMIT_S / 86400:.0f} simulated days (a power manager that never boots capacity, or "
+                    f"a policy that never starts them?)"
                 )
             arrived = False
             while ai < n and times_list[ai] <= t:
                 j = order_list[ai]
                 ai += 1
-                if never_fits[j] or not self.queue.admit(jobs, j):
+                if never_fits[j] or (admit is not None and not admit(jobs, j)):
                     status[j] = STATUS_UNSCHEDULABLE
                     continue
-                status[j] = STATUS_PENDING
-                self._pending.add((self._priority[j], j))
+                self._enqueue(j)
                 arrived = True
                 if self.progress is not None and ai % progress_step == 0:
                     self.progress(ai, n)
-            if self._pending and (arrived or self._released):
+            self._next_arrival = times_list[ai] if ai < n else math.inf
+            if (arrived and decide_on_arrival) or (self._released and decide_on_release):
                 self._released = False
-                run_pass(self.queue, self)
+                scheduler.decide(self.view, self.actions)
             if self.check:
                 self._check_invariants()
+            if self.power is not None:
+                self.power.batch_end()
             for hook in self._on_batch_end:
                 hook(self)
         if self.progress is not None:
             self.progress(n, n)
+        if self.power is not None:
+            self.power.finish(self.now)
         for obs in self.observers:
             obs.on_finish(self)
-        return JobOutcome(status, self.start_s, self.end_s, self.placements)
+        return RunOutcome(
+            status,
+            self.start_s,
+            self.end_s,
+            self.log,
+            self.restarts,
+            self.preemptions,
+            self.restart_gpu_s,
+            self.work_lost,
+        )
 
-    # ----- internals ---------------------------------------------------------------------------------------------
-    def _push(self, time: float, prio: int, ref: int, payload: object) -> None:
+    # ----- job lifecycle ------------------------------------------------------------------------------------------
+    def _push(self, time: float, kind: int, ref: int, payload: object) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (time, prio, self._seq, ref, payload))
+        heapq.heappush(self._heap, (time, kind, self._seq, ref, payload))
+
+    def _enqueue(self, job: int) -> None:
+        self.status[job] = STATUS_PENDING
+        self._pending.add((self._priority[job], job))
+
+    def _dequeue(self, job: int) -> None:
+        self._pending.remove((self._priority[job], job))
 
     def _settle(self, job: int) -> None:
-        elapsed = self.now - self.last_update[job]
+        """Bring a holding job's progress (and its last checkpoint) up to now."""
+        now = self.now
+        last = self.last_update[job]
+        elapsed = now - last
         if elapsed > 0:
-            self.remaining[job] = max(self.remaining[job] - elapsed * self.rate[job], 0.0)
-        self.last_update[job] = self.now
+            rate = self.rate[job]
+            if self.ckpt_next[job] <= now:
+                interval = self.ckpt_interval[job]
+                k = math.floor((now - self.ckpt_next[job]) / interval)
+                t_ckpt = self.ckpt_next[job] + k * interval
+                self.ckpt_done[job] = self.work[job] - self.remaining[job] + rate * (t_ckpt - last)
+                self.ckpt_next[job] = t_ckpt + interval
+            self.remaining[job] = max(self.remaining[job] - elapsed * rate, 0.0)
+        self.last_update[job] = now
 
     def _schedule_completion(self, job: int) -> None:
         self.version[job] += 1
         end = self.now + self.remaining[job] / self.rate[job]
-        self._push(end, PRIO_COMPLETION, job, int(self.version[job]))
+        self._push(end, KIND_COMPLETION, job, int(self.version[job]))
 
-    def _start(self, job: int, placement: Placement) -> None:
+    def _gpu_code(self, placement: Placement) -> int:
+        return int(self.spec.gpu_model_code[placement[0][0]]) if placement else -1
+
+    def _solo_rate(self, job: int, placement: Placement, setting: GpuSetting) -> float:
+        if not self.perf.modelled[job]:
+            return self.perf.speed(self._gpu_code(placement), setting)
+        ngpu = sum(len(g) for _, g, _, _ in placement)
+        nodes = len(placement)
+        switches = len({int(self.spec.switch_id[n]) for n, _, _, _ in placement}) if nodes > 1 else 1
+        return self.perf.solo_rate(job, self._gpu_code(placement), ngpu, nodes, switches, setting)
+
+    def _log(self, job: int, lost: float = 0.0) -> None:
+        self.log.append(
+            self.now,
+            job,
+            int(self.alloc_id[job]),
+            float(self.load[job]),
+            float(self.rate[job]),
+            int(self.phase[job]),
+            int(self.setting_id[job]),
+            lost,
+        )
+
+    def _take(self, job: int, target: Target) -> None:
+        """Allocate the target's resources to `job` (no status change); errors name the scheduler and job."""
         state = self.state
-        milli = int(self.jobs.gpu_milli[job])
+        milli = int(target.share_milli)
+        placement = target.placement
+        try:
+            for node, gpus, cpu, mem in placement:
+                if not state.available[node]:
+                    raise RuntimeError(f"node {self.spec.node_names[node]} is not on")
+                state.allocate(node, gpus, milli, cpu, mem)
+        except (RuntimeError, IndexError) as exc:
+            raise InvalidDecision(self._by, str(self.jobs.job_id[job]), str(exc)) from None
+        self.alloc_id[job] = self.log.add_alloc(placement, milli)
+        self.share[job] = milli
+        self.setting_id[job] = self.log.setting_id(target.setting)
+        code = self._gpu_code(placement)
+        self.load[job] = (
+            self.perf.gpu_load(job, code, target.setting) if placement and placement[0][1] else 0.0
+        )
+        ngpu = sum(len(g) for _, g, _, _ in placement)
+        self.held_gpus[job] = ngpu
+        self.hold_since[job] = self.now
+        if milli < MILLI:
+            width = self._gpu_width
+            for node, gpus, _, _ in placement:
+                for g in gpus:
+                    self._residents.setdefault(node * width + g, []).append(job)
+            self._check_memory(job, placement)
+
+    def _give_back(self, job: int) -> tuple[Placement, int]:
+        """Release everything `job` holds; returns what it held (placement, milli per GPU)."""
+        state = self.state
+        alloc_id = int(self.alloc_id[job])
+        placement = self.log.placements[alloc_id]
+        milli = int(self.share[job])
         for node, gpus, cpu, mem in placement:
-            state.allocate(node, gpus, milli, cpu, mem)
-        self._pending.remove((self._priority[job], job))
-        self.placements[job] = placement
-        self.status[job] = STATUS_RUNNING
-        self.start_s[job] = self.now
-        self._last_start = self.now
+            state.release(node, gpus, milli, cpu, mem)
+        if milli < MILLI:
+            width = self._gpu_width
+            for node, gpus, _, _ in placement:
+                for g in gpus:
+                    residents = self._residents[node * width + g]
+                    residents.remove(job)
+                    if not residents:
+                        del self._residents[node * width + g]
+        held = self.now - self.hold_since[job]
+        self.attained_gpu_s[job] += self.held_gpus[job] * held
+        self.executed_s[job] += held
+        self.held_gpus[job] = 0
+        self.alloc_id[job] = NO_ALLOC
+        self.last_stop[job] = self.now
+        self.last_alloc[job] = alloc_id
+        if self.power is not None:
+            self.power.job_left([node for node, *_ in placement])
+        return placement, milli
+
+    def _co_runners(self, job: int, placement: Placement) -> list[list[int]]:
+        width = self._gpu_width
+        out = []
+        for node, gpus, _, _ in placement:
+            for g in gpus:
+                others = [k for k in self._residents.get(node * width + g, ()) if k != job]
+                out.append(others)
+        return out
+
+    def _current_rate(self, job: int) -> float:
+        """Rate of a running job from its allocation, setting and co-runners."""
+        placement = self.log.placements[int(self.alloc_id[job])]
+        setting = self.log.settings[int(self.setting_id[job])]
+        rate = self._solo_rate(job, placement, setting)
+        if self.share[job] < MILLI:
+            factor = self.perf.shared_factor(job, self._gpu_code(placement), self._co_runners(job, placement))
+            rate *= factor
+        if not rate > 0:
+            raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "configuration makes no progress")
+        return rate
+
+    def _begin_running(self, job: int) -> None:
+        """Phase RUNNING from now: rate from the configuration, completion scheduled, checkpoints restart."""
+        self.phase[job] = PHASE_RUNNING
+        self.rate[job] = self._current_rate(job)
         self.last_update[job] = self.now
-        self.running.add(job)
+        interval = self.ckpt_interval[job]
+        self.ckpt_next[job] = self.now + interval if interval > 0 else math.inf
+        self.ckpt_done[job] = self.work[job] - self.remaining[job]
         self._schedule_completion(job)
+
+    def _neighbours_changed(self, jobs: Iterable[int], skip: Iterable[int] = ()) -> None:
+        """Co-runners changed for these jobs: re-rate the running ones whose rate moved."""
+        skip = set(skip)
+        for k in jobs:
+            if k in skip or self.status[k] != STATUS_RUNNING or self.phase[k] != PHASE_RUNNING:
+                continue
+            new = self._current_rate(k)
+            if new != self.rate[k]:
+                self._settle(k)
+                self.rate[k] = new
+                self._schedule_completion(k)
+                self._log(k)
+
+    def _sharers_of(self, placement: Placement) -> set[int]:
+        width = self._gpu_width
+        out: set[int] = set()
+        for node, gpus, _, _ in placement:
+            for g in gpus:
+                out.update(self._residents.get(node * width + g, ()))
+        return out
+
+    # Actions -------------------------------------------------------------------------------------------------
+    def start(self, job: int, target: Target) -> None:
+        if self.status[job] != STATUS_PENDING:
+            raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "start of a job that is not pending")
+        self._take(job, target)
+        self._dequeue(job)
+        self.status[job] = STATUS_RUNNING
+        first = math.isnan(self.start_s[job])
+        if first:
+            self.start_s[job] = self.now
+        self._last_start = self.now
+        self.running[job] = None
+        if first or target.num_gpus == 0:
+            self._begin_running(job)
+        else:
+            self._begin_restart(job, target)
+        self._log(job)
+        if self.power is not None:
+            self.power.job_started(job, [node for node, *_ in target.placement])
+        if target.share_milli < MILLI:
+            self._neighbours_changed(self._sharers_of(target.placement), skip=(job,))
         for hook in self._on_job_start:
             hook(self, job)
 
-    def _finish(self, job: int) -> None:
-        state = self.state
-        milli = int(self.jobs.gpu_milli[job])
-        placement = self.placements[job]
-        assert placement is not None
-        for node, gpus, cpu, mem in placement:
-            state.release(node, gpus, milli, cpu, mem)
-        self.remaining[job] = 0.0
-        self.status[job] = STATUS_DONE
-        self.end_s[job] = self.now
-        self.running.discard(job)
+    def same_gpus_as_last(self, job: int, placement: Placement) -> bool:
+        last = int(self.last_alloc[job])
+        return last != NO_ALLOC and _gpu_set(self.log.placements[last]) == _gpu_set(placement)
+
+    def _begin_restart(self, job: int, target: Target) -> None:
+        same = self.same_gpus_as_last(job, target.placement)
+        delay = self.perf.restart_delay_s(job, target.num_gpus, same)
+        self.restarts[job] += 1
+        self.restart_gpu_s[job] += delay * target.num_gpus
+        self.phase[job] = PHASE_RESTARTING
+        self.rate[job] = 0.0
+        self.last_update[job] = self.now
+        self.ckpt_next[job] = math.inf
+        self.version[job] += 1
+        self._push(self.now + delay, KIND_RESTART_DONE, job, int(self.version[job]))
+
+    def _restart_done(self, job: int) -> None:
+        self._begin_running(job)
+        self._log(job)
+
+    def stop(self, job: int, save: bool = False) -> None:
+        if self.status[job] != STATUS_RUNNING:
+            raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "stop of a job that is not running")
+        lost, alloc = self._release_for_change(job, save)
+        self.preemptions[job] += 1
+        del self.running[job]
+        self._enqueue(job)
+        self._log(job, lost)
         self._released = True
+        self._after_release(job, alloc)
+
+    def _release_for_change(self, job: int, save: bool) -> tuple[float, tuple[Placement, int]]:
+        """Settle, roll back to the last checkpoint unless saving now, and release the GPUs."""
+        lost = 0.0
+        if self.phase[job] == PHASE_RUNNING:
+            self._settle(job)
+            if not save and self.ckpt_interval[job] > 0:
+                lost = self.work[job] - self.remaining[job] - self.ckpt_done[job]
+                if lost > 0:
+                    self.remaining[job] += lost
+                    self.work_lost[job] += lost
+                else:
+                    lost = 0.0
+        self.version[job] += 1  # drop its completion or restart event
+        alloc = self._give_back(job)
+        self.phase[job] = PHASE_RELEASED
+        self.rate[job] = 0.0
+        self.load[job] = 0.0
+        self.ckpt_next[job] = math.inf
+        return lost, alloc
+
+    def _after_release(self, job: int, held: tuple[Placement, int]) -> None:
+        placement, milli = held
+        if milli < MILLI:
+            self._neighbours_changed(self._sharers_of(placement), skip=(job,))
         for hook in self._on_job_end:
             hook(self, job)
+
+    def move_many(self, targets: Mapping[int, Target]) -> None:
+        touched: set[int] = set()
+        for job in targets:
+            if self.status[job] != STATUS_RUNNING:
+                raise InvalidDecision(
+                    self._by, str(self.jobs.job_id[job]), "move of a job that is not running"
+                )
+            _, (placement, _) = self._release_for_change(job, save=True)  # a planned move checkpoints first
+            touched |= self._sharers_of(placement)
+        for job, target in targets.items():
+            self._take(job, target)
+            self._begin_restart(job, target)
+            self._log(job)
+            if self.power is not None:
+                self.power.job_started(job, [node for node, *_ in target.placement])
+            touched |= self._sharers_of(target.placement)
+        self._released = True
+        self._neighbours_changed(touched, skip=targets.keys())
+
+    def retune(self, job: int, setting: GpuSetting) -> None:
+        if self.status[job] != STATUS_RUNNING:
+            raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "retune of a job that is not running")
+        placement = self.log.placements[int(self.alloc_id[job])]
+        self.setting_id[job] = self.log.setting_id(setting)
+        code = self._gpu_code(placement)
+        self.load[job] = self.perf.gpu_load(job, code, setting) if self.held_gpus[job] else 0.0
+        if self.phase[job] == PHASE_RUNNING:
+            self._settle(job)
+            self.rate[job] = self._current_rate(job)
+            self._schedule_completion(job)
+        self._log(job)
+
+    def reject(self, job: int) -> None:
+        if self.status[job] != STATUS_PENDING:
+            raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "reject of a job that is not pending")
+        self._dequeue(job)
+        self.status[job] = STATUS_DROPPED
+
+    def _finish(self, job: int) -> None:
+        self._settle(job)
+        self.remaining[job] = 0.0
+        _, alloc = self._release_for_change(job, save=True)
+        self.status[job] = STATUS_DONE
+        self.end_s[job] = self.now
+        del self.running[job]
+        self._released = True
+        self._log(job)
+        self._after_release(job, alloc)
+
+    def _check_memory(self, job: int, placement: Placement) -> None:
+        """Jobs sharing a GPU must fit in its memory together (where the model knows their memory)."""
+        need = self.perf.memory_gib(job)
+        if need <= 0:
+            return
+        from ..core.gpus import gpu_model
+
+        cap = gpu_model(self.spec.gpu_models[self._gpu_code(placement)]).memory_gib
+        for others in self._co_runners(job, placement):
+            total = need + sum(self.perf.memory_gib(k) for k in others)
+            if total > cap + 1e-9:
+                raise InvalidDecision(
+                    self._by,
+                    str(self.jobs.job_id[job]),
+                    f"GPU memory does not fit: {total:.1f} GiB needed on a {cap:g} GiB GPU",
+                )
 
     def _check_invariants(self) -> None:
         self.state.check_invariants()
@@ -291,3 +606,213 @@ class Simulator:
             raise AssertionError("a job started before it was submitted")
         if len(self.running) != int((self.status == STATUS_RUNNING).sum()):
             raise AssertionError("running set out of sync with job status")
+        if len(self._pending) != int((self.status == STATUS_PENDING).sum()):
+            raise AssertionError("pending queue out of sync with job status")
+
+
+class SimActions:
+    """The simulator's implementation of ``policies.contract.Actions``; `by` names the policy in errors."""
+
+    def __init__(self, sim: Simulator, by: str):
+        self.sim = sim
+        self.by = by
+
+    def _guard(self, job: int) -> None:
+        self.sim._by = self.by  # errors name the policy acting
+        if not 0 <= job < len(self.sim.status):
+            raise InvalidDecision(self.by, None, f"unknown job index {job}")
+
+    def start(self, job: int, target: Target) -> None:
+        self._guard(job)
+        self.sim.start(job, target)
+
+    def stop(self, job: int, save: bool = False) -> None:
+        self._guard(job)
+        self.sim.stop(job, save)
+
+    def move(self, job: int, target: Target) -> None:
+        self.move_many({job: target})
+
+    def move_many(self, targets: Mapping[int, Target]) -> None:
+        self.sim._by = self.by
+        for job in targets:
+            self._guard(job)
+        self.sim.move_many(targets)
+
+    def retune(self, job: int, setting: GpuSetting) -> None:
+        self._guard(job)
+        self.sim.retune(job, setting)
+
+    def reject(self, job: int) -> None:
+        self._guard(job)
+        self.sim.reject(job)
+
+    def power_on(self, nodes: Iterable[int]) -> None:
+        if self.sim.power is None:
+            raise InvalidDecision(self.by, None, "this run has no node power control")
+        self.sim.power.boot(list(nodes))
+
+    def power_off(self, nodes: Iterable[int]) -> None:
+        if self.sim.power is None:
+            raise InvalidDecision(self.by, None, "this run has no node power control")
+        self.sim.power.shutdown(list(nodes))
+
+    def wake_at(self, time: float, callback: WakeCallback) -> None:
+        if not time >= self.sim.now:
+            raise InvalidDecision(self.by, None, f"wake-up at {time} is in the past (now {self.sim.now})")
+        self.sim.schedule(time, callback, self)
+
+
+class SimView:
+    """The simulator's read-only ``policies.contract.ClusterView``."""
+
+    def __init__(self, sim: Simulator):
+        self._sim = sim
+        self.spec = sim.spec
+        self.jobs = sim.jobs
+        self.state = sim.state
+        self.node_rank = sim.node_rank
+        self.perf = sim.perf
+
+    @property
+    def now(self) -> float:
+        return self._sim.now
+
+    @property
+    def status(self) -> np.ndarray:
+        return self._sim.status
+
+    @property
+    def phase(self) -> np.ndarray:
+        return self._sim.phase
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._sim._pending)
+
+    def pending(self) -> Iterator[int]:
+        return self._sim.pending()
+
+    def pending_jobs(self) -> np.ndarray:
+        pending = self._sim._pending
+        return np.sort(np.fromiter((j for _, j in pending), dtype=np.int64, count=len(pending)))
+
+    def running_jobs(self) -> np.ndarray:
+        running = self._sim.running
+        return np.fromiter(running, dtype=np.int64, count=len(running))
+
+    def request(self, job: int) -> JobRequest:
+        return self._sim.book.request(job)
+
+    def target(self, job: int) -> Target | None:
+        sim = self._sim
+        a = int(sim.alloc_id[job])
+        if a == NO_ALLOC:
+            return None
+        return Target(sim.log.placements[a], int(sim.share[job]), sim.log.settings[int(sim.setting_id[job])])
+
+    def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
+        sim = self._sim
+        jobs = np.asarray(jobs, dtype=np.int64)
+        elapsed = np.where(sim.status[jobs] == STATUS_RUNNING, sim.now - sim.last_update[jobs], 0.0)
+        return np.maximum(sim.remaining[jobs] - elapsed * sim.rate[jobs], 0.0)
+
+    def work(self, jobs: np.ndarray) -> np.ndarray:
+        return self._sim.work[np.asarray(jobs, dtype=np.int64)]
+
+    def rate(self, jobs: np.ndarray) -> np.ndarray:
+        sim = self._sim
+        jobs = np.asarray(jobs, dtype=np.int64)
+        return np.where(sim.status[jobs] == STATUS_RUNNING, sim.rate[jobs], 0.0)
+
+    def held_gpus(self, jobs: np.ndarray) -> np.ndarray:
+        return self._sim.held_gpus[np.asarray(jobs, dtype=np.int64)]
+
+    def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray:
+        sim = self._sim
+        jobs = np.asarray(jobs, dtype=np.int64)
+        holding = sim.alloc_id[jobs] != NO_ALLOC
+        extra = np.where(holding, sim.held_gpus[jobs] * (sim.now - sim.hold_since[jobs]), 0.0)
+        return sim.attained_gpu_s[jobs] + extra
+
+    def executed_seconds(self, jobs: np.ndarray) -> np.ndarray:
+        sim = self._sim
+        jobs = np.asarray(jobs, dtype=np.int64)
+        holding = sim.alloc_id[jobs] != NO_ALLOC
+        return sim.executed_s[jobs] + np.where(holding, sim.now - sim.hold_since[jobs], 0.0)
+
+    def last_stop_s(self, jobs: np.ndarray) -> np.ndarray:
+        return self._sim.last_stop[np.asarray(jobs, dtype=np.int64)]
+
+    def estimated_end(self, jobs: np.ndarray) -> np.ndarray:
+        sim = self._sim
+        jobs = np.asarray(jobs, dtype=np.int64)
+        rate = sim.rate[jobs]
+        with np.errstate(divide="ignore"):
+            return np.where(rate > 0, sim.last_update[jobs] + sim.remaining[jobs] / rate, math.inf)
+
+    def next_checkpoint_s(self, job: int) -> float:
+        return float(self._sim.ckpt_next[job])
+
+    def restart_delay_s(self, job: int, target: Target) -> float:
+        sim = self._sim
+        if math.isnan(sim.start_s[job]):
+            return 0.0
+        return sim.perf.restart_delay_s(job, target.num_gpus, sim.same_gpus_as_last(job, target.placement))
+
+    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
+        sim = self._sim
+        running = self.running_jobs()
+        ends = sim.last_update[running] + sim.remaining[running] / sim.rate[running]
+        gpus = sim.jobs.num_gpu[running] * sim.jobs.gpu_milli[running] / 1000.0
+        return ends, gpus
+
+    def free_gpus_total(self) -> int:
+        state = self._sim.state
+        return int(state.free_gpus[state.available].sum())
+
+    # nodes and energy
+    @property
+    def power_state(self) -> np.ndarray:
+        power = self._sim.power
+        if power is None:
+            from ..core.states import ON
+
+            return np.full(self.spec.num_nodes, ON, dtype=np.int8)
+        return power.power_state
+
+    @property
+    def idle_since(self) -> np.ndarray:
+        power = self._sim.power
+        return power.idle_since if power is not None else np.zeros(self.spec.num_nodes)
+
+    @property
+    def power_epoch(self) -> int:
+        return self._sim.power.power_epoch if self._sim.power is not None else 0
+
+    @property
+    def booting_gpus(self) -> float:
+        return self._sim.power.booting_gpus if self._sim.power is not None else 0.0
+
+    def power_w(self) -> float:
+        meter = self._sim.power_meter
+        if meter is None:
+            raise WattschedError("this run has no power meter (run with energy accounting)")
+        return meter.power_w()
+
+    def energy_used_j(self) -> float:
+        meter = self._sim.power_meter
+        if meter is None:
+            raise WattschedError("this run has no power meter (run with energy accounting)")
+        return meter.energy_j(self._sim.now)
+
+    def price_usd_per_mwh(self) -> float | None:
+        price = self._sim.price
+        return None if price is None else float(price.value_at(np.array([self._sim.now]))[0])
+
+    def carbon_g_per_kwh(self) -> float | None:
+        carbon = self._sim.carbon
+        return None if carbon is None else float(carbon.value_at(np.array([self._sim.now]))[0])
+
+    def next_arrival_s(self) -> float:
+        return self._sim._next_arrival

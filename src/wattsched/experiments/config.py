@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..core.errors import InputError
-from ..energy.power_states import PowerStateConfig
+from ..engine.power import PowerStateConfig
 from ..workloads.synthetic import SyntheticConfig
 
 

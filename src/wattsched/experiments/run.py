@@ -16,10 +16,12 @@ from .. import __version__
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.errors import WattschedError
 from ..core.jobs import JOB_CLASSES, JobTable
+from ..core.states import STATUS_DONE, STATUS_DROPPED, STATUS_NAMES, STATUS_UNSCHEDULABLE
 from ..engine.packing import run_packing
 from ..engine.recorder import TimeSeriesRecorder
-from ..engine.temporal import STATUS_DONE, STATUS_NAMES, STATUS_UNSCHEDULABLE, Simulator
+from ..engine.temporal import Simulator
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+from ..policies.adapters import QueuePlacementScheduler, policy_info
 from .config import SimulationConfig
 from .energy_setup import build_energy
 from .outputs import placement_strings, stats, write_run_dir
@@ -71,13 +73,6 @@ def load_inputs(cfg: SimulationConfig) -> Inputs:
     return Inputs(jobs, cluster, skipped + too_big, examples + big_examples, has_times, notes, origin)
 
 
-def _policy_info(policy: Any) -> dict[str, Any]:
-    info = {"name": policy.name, "reconstructed": bool(policy.reconstructed)}
-    if policy.basis:
-        info["basis"] = policy.basis
-    return info
-
-
 def run_simulation(
     cfg: SimulationConfig, out_dir: str | Path | None = None, progress: ProgressFn | None = None
 ) -> RunResult:
@@ -91,13 +86,10 @@ def run_simulation(
             raise WattschedError(
                 f"workload '{cfg.workload}' has no submission/deletion times; use --mode packing"
             )
-        queue = QUEUE_POLICIES.create(cfg.queue)
-        result = _run_temporal(cfg, inputs, queue, placement, rng_policy, progress)
-        policies = {"queue": _policy_info(queue), "placement": _policy_info(placement)}
+        jobs_df, series_df, metrics, policies = _run_temporal(cfg, inputs, placement, rng_policy, progress)
     else:
-        result = _run_packing(cfg, inputs, placement, rng_order, rng_policy, progress)
-        policies = {"placement": _policy_info(placement)}
-    jobs_df, series_df, metrics = result
+        jobs_df, series_df, metrics = _run_packing(cfg, inputs, placement, rng_order, rng_policy, progress)
+        policies = {"placement": policy_info(placement)}
     summary: dict[str, Any] = {
         "jobs_submitted": metrics.pop("jobs_submitted"),
         "jobs_completed": metrics.pop("jobs_completed"),
@@ -141,17 +133,19 @@ def _job_columns(jobs: JobTable) -> dict[str, Any]:
     }
 
 
-def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
+def _run_temporal(cfg, inputs: Inputs, placement, rng_policy, progress):
     jobs, cluster = inputs.jobs, inputs.cluster
-    energy = build_energy(cfg, jobs, inputs.time_origin_utc) if cfg.energy else None
+    energy = build_energy(cfg, inputs.time_origin_utc) if cfg.energy else None
+    queue = QUEUE_POLICIES.create(cfg.queue)
+    scheduler = QueuePlacementScheduler(queue, placement, energy.setting_rule if energy else None)
     recorder = TimeSeriesRecorder()
     sim = Simulator(
         jobs,
         cluster,
-        queue,
-        placement,
+        scheduler,
         rng_policy,
-        observers=[*(energy.observers if energy else []), recorder],
+        power=energy.power if energy else None,
+        observers=[*([energy.ledger] if energy else []), recorder],
         check_invariants=cfg.check_invariants,
         progress=progress,
     )
@@ -177,7 +171,7 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
         "jobs_submitted": len(jobs),
         "jobs_completed": int(done.sum()),
         "jobs_unschedulable": int((outcome.status == STATUS_UNSCHEDULABLE).sum()),
-        "jobs_dropped": 0,
+        "jobs_dropped": int((outcome.status == STATUS_DROPPED).sum()),
         "jct_s": stats(jct[done]),
         "queue_delay_s": stats(delay[~np.isnan(delay)]),
         "makespan_s": float(np.nanmax(outcome.end_s) - jobs.submit_s.min()) if done.any() else 0.0,
@@ -196,7 +190,7 @@ def _run_temporal(cfg, inputs: Inputs, queue, placement, rng_policy, progress):
         for name, signal in (("price_usd_per_mwh", energy.price), ("carbon_g_per_kwh", energy.carbon)):
             if signal is not None:
                 series[name] = signal.value_at(series["time_s"].to_numpy())  # trace time, as the ledger
-    return jobs_df, series, metrics
+    return jobs_df, series, metrics, scheduler.describe()
 
 
 def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress):

@@ -19,9 +19,10 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
+from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.jobs import JobTable
-from .registry import Registry
+from ..core.registry import Registry
 
 # One node's share of a placement: (node index, GPU slot indices, milli-CPU, MiB memory).
 NodeAlloc = tuple[int, tuple[int, ...], int, int]
@@ -39,6 +40,7 @@ class JobRequest:
     memory_mib: int
     node_mask: np.ndarray  # bool [N]: nodes whose GPU model the job accepts
     gang: bool  # needs more GPUs than any single eligible node has: spread over several nodes
+    mask_id: int = -1  # identifies node_mask (equal ids, equal masks); -1 for a job without GPUs
 
     @property
     def is_share(self) -> bool:
@@ -64,17 +66,6 @@ def feasible_nodes(state: ClusterState, req: JobRequest) -> np.ndarray:
     return mask & (state.max_gpu_left >= req.gpu_milli)
 
 
-def gang_gpus(gpus: np.ndarray, cpu: np.ndarray, mem: np.ndarray, num_gpu: int, cpu_req: int, mem_req: int):
-    """GPUs of a gang each node can host: its `gpus`, limited by the CPU and memory it has for the gang's
-    per-GPU share (a gang takes CPU and memory in proportion to the GPUs on each node)."""
-    usable = np.asarray(gpus, dtype=np.int64).copy()
-    if cpu_req > 0:
-        usable = np.minimum(usable, (np.asarray(cpu) // (cpu_req / num_gpu)).astype(np.int64))
-    if mem_req > 0:
-        usable = np.minimum(usable, (np.asarray(mem) // (mem_req / num_gpu)).astype(np.int64))
-    return usable
-
-
 def gpus_best(row: np.ndarray, num_gpu: int, milli: int) -> tuple[int, ...]:
     """`best` GPU choice: a share pod takes the fitting GPU with least milli left (first index on ties);
     whole-GPU pods take the lowest-index fully free GPUs."""
@@ -98,6 +89,10 @@ class PlacementPolicy(ABC):
     description: ClassVar[str] = ""
     reconstructed: ClassVar[bool] = False
     basis: ClassVar[str] = ""
+    # True when placement fails only for lack of free capacity, so that a request dominating a failed one fails
+    # too until capacity is released (the queue adapter then skips it). Set False for a policy whose answer
+    # depends on power, price or co-runners.
+    monotone_failures: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.rank: np.ndarray = np.zeros(0, dtype=np.int64)

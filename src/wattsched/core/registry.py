@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ..core.errors import UnknownNameError
+from .errors import UnknownNameError
 
 T = TypeVar("T")
 

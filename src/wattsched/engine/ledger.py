@@ -2,16 +2,18 @@
 
 Power is piecewise constant between events, so energy is a finite sum. Rather than updating a power meter in
 Python at every event, the ledger rebuilds every constant-power segment after the run from what the engine
-already records (job start, end and placement; node power-state transitions) and sums them with a few sorted
-numpy passes. The result is the same exact integral, at a small fraction of the per-event cost.
+already records (the allocation log: every placement a job held, from when to when, at what GPU load; node
+power-state transitions) and sums them with a few sorted numpy passes. The result is the same exact integral,
+at a small fraction of the per-event cost. Restarts are charged like running: the GPUs are held at the job's load.
 
 Segments are of two kinds:
 
 * node segments: between consecutive changes of a node's CPU allocation or power state. An ON node draws
   ``G x P_idle(GPU) + P_cpu(allocation) + base``; a node booting or shutting down draws its idle power (booked as
   ``power_transitions``); an OFF node draws ``off_power_w``.
-* GPU segments: while a GPU holds at least one job, between changes of its jobs' summed utilisation. It draws
-  ``gpu_busy_w(load)`` instead of its idle power, so the segment adds ``gpu_busy_w - P_idle``.
+* GPU segments: while a GPU holds at least one job, between changes of its jobs' summed load (utilisation times
+  the GPU setting's power scale). It draws ``gpu_busy_w(load)`` instead of its idle power, so the segment adds
+  ``gpu_busy_w - P_idle``.
 
 Cost and carbon multiply each segment's power by the integral of the aligned hourly signal over it.
 """
@@ -23,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..engine.observers import Observer
-from .power_models import PowerModel
-from .power_states import BOOTING, OFF, ON, SHUTTING_DOWN, NodePowerController
+from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
+from ..energy.power_models import PowerModel
+from .observers import Observer
+from .power import NodePower
 
 if TYPE_CHECKING:
-    from ..engine.temporal import Simulator
+    from .temporal import Simulator
 
 COMPONENTS = ("gpu_active", "gpu_idle", "cpu", "node_base", "power_transitions", "facility_overhead")
 J_PER_KWH = 3.6e6
@@ -46,18 +49,14 @@ class EnergyLedger(Observer):
     def __init__(
         self,
         model: PowerModel,
-        job_load: np.ndarray,
         node_base_w: float,
         pue: float = 1.0,
-        controller: NodePowerController | None = None,
+        controller: NodePower | None = None,
         off_power_w: float = 0.0,
         price=None,
         carbon=None,
-        power_scale: np.ndarray | None = None,
     ):
         self.model = model
-        self.job_load = np.asarray(job_load, dtype=np.float64)
-        self.power_scale = power_scale
         self.node_base_w = node_base_w
         self.pue = pue
         self.controller = controller
@@ -86,29 +85,28 @@ class EnergyLedger(Observer):
 
     # --- building the segments ------------------------------------------------------------------------------
     def _allocations(self, sim: Simulator):
-        """Flatten placements into per-node and per-GPU allocation intervals."""
+        """Flatten the allocation log into per-node and per-GPU holding intervals (job order, then time)."""
         width = max(sim.spec.max_gpus_per_node, 1)
-        end = np.where(np.isnan(sim.end_s), self.t_end, sim.end_s)
+        rows = sim.log.intervals(self.t_end)
+        placements = sim.log.placements
         # Typed arrays, not lists of tuples: 10^6 jobs would otherwise cost hundreds of MB of Python objects.
-        node_job, node_id, node_cpu, gpu_job, gpu_id = (array("q") for _ in range(5))
-        for job, placement in enumerate(sim.placements):
-            if placement is None:
-                continue
-            for node, gpus, cpu, _ in placement:
-                node_job.append(job)
+        node_iv, node_id, node_cpu, gpu_iv, gpu_id = (array("q") for _ in range(5))
+        for k, a in enumerate(rows["alloc"].tolist()):
+            for node, gpus, cpu, _ in placements[a]:
+                node_iv.append(k)
                 node_id.append(node)
                 node_cpu.append(cpu)
                 for g in gpus:
-                    gpu_job.append(job)
+                    gpu_iv.append(k)
                     gpu_id.append(node * width + g)
-        nodes = np.stack([np.frombuffer(a, dtype=np.int64) for a in (node_job, node_id, node_cpu)], axis=1)
-        gpus = np.stack([np.frombuffer(a, dtype=np.int64) for a in (gpu_job, gpu_id)], axis=1)
-        return nodes.reshape(-1, 3), gpus.reshape(-1, 2), sim.start_s, end, width
+        nodes = np.stack([np.frombuffer(a, dtype=np.int64) for a in (node_iv, node_id, node_cpu)], axis=1)
+        gpus = np.stack([np.frombuffer(a, dtype=np.int64) for a in (gpu_iv, gpu_id)], axis=1)
+        return nodes.reshape(-1, 3), gpus.reshape(-1, 2), rows["time_s"], rows["end_s"], rows["load"], width
 
     def _integrate(self, sim: Simulator) -> None:
-        nodes, gpus, start, end, width = self._allocations(sim)
+        nodes, gpus, start, end, load, width = self._allocations(sim)
         # Each pass returns only its segments; its event arrays are freed on return (10^6 jobs: ~10^7 events).
-        g_t0, g_dt, g_node, g_busy_w = self._gpu_segments(gpus, start, end, width)
+        g_t0, g_dt, g_node, g_busy_w = self._gpu_segments(gpus, start, end, load, width)
         n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(sim, nodes, start, end)
         del nodes, gpus
         model, spec = self.model, sim.spec
@@ -150,9 +148,8 @@ class EnergyLedger(Observer):
         }
         self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
 
-    def _gpu_segments(self, gpus: np.ndarray, start, end, width: int):
-        """GPU segments while a GPU holds a job: events +load/+1 at a job's start, -load/-1 at its end."""
-        load = self.job_load if self.power_scale is None else self.job_load * self.power_scale
+    def _gpu_segments(self, gpus: np.ndarray, start, end, load, width: int):
+        """GPU segments while a GPU holds a job: events +load/+1 where an interval starts, -load/-1 at its end."""
         g_job, g_id = gpus[:, 0], gpus[:, 1]
         t = np.concatenate([start[g_job], end[g_job]])
         gid = np.concatenate([g_id, g_id])

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.cluster import MILLI, ClusterSpec
+from ..core.capacity import can_ever_fit
+from ..core.cluster import ClusterSpec
 from ..core.jobs import JobTable, spec_masks
-from ..policies.base import JobRequest, gang_gpus
+from .base import JobRequest
 
 
 @dataclass
@@ -43,7 +44,7 @@ class RequestBook:
         for c, (sid, ngpu, milli, cpu, mem) in enumerate(classes):
             mask = any_node if ngpu == 0 else node_mask[sid]
             is_gang = ngpu > 0 and ngpu > max_gpus_by_spec[sid]
-            fits = _can_ever_fit(spec, mask, int(ngpu), int(milli), int(cpu), int(mem), bool(is_gang))
+            fits = can_ever_fit(spec, mask, int(ngpu), int(milli), int(cpu), int(mem), bool(is_gang))
             never[inverse == c] = not fits
         return RequestBook(jobs, spec, spec_id, node_mask, gang, never)
 
@@ -60,18 +61,7 @@ class RequestBook:
             if num_gpu > 0
             else _all_true(self.spec.num_nodes),
             gang=bool(self.gang[j]),
-        )
-
-    def signature(self, j: int) -> tuple[int, int, int, int, int, bool]:
-        """Request class used to skip jobs that dominate one that already failed (see Simulator.try_start)."""
-        jobs = self.jobs
-        return (
-            int(self.spec_id[j]) if jobs.num_gpu[j] > 0 else -1,
-            int(jobs.num_gpu[j]),
-            int(jobs.gpu_milli[j]),
-            int(jobs.cpu_milli[j]),
-            int(jobs.memory_mib[j]),
-            bool(self.gang[j]),
+            mask_id=int(self.spec_id[j]) if num_gpu > 0 else -1,
         )
 
 
@@ -84,25 +74,3 @@ def _all_true(n: int) -> np.ndarray:
         arr.setflags(write=False)
         _ALL_TRUE[n] = arr
     return _ALL_TRUE[n]
-
-
-def empty_node_hosts(
-    spec: ClusterSpec, mask: np.ndarray, ngpu: int, milli: int, cpu: int, mem: int, nodes=slice(None)
-) -> np.ndarray:
-    """Which of `nodes` could host the request alone when empty: GPU model, CPU, memory and GPU count."""
-    hosts = mask[nodes] & (spec.cpu_milli[nodes] >= cpu) & (spec.memory_mib[nodes] >= mem)
-    if ngpu > 0:
-        hosts &= spec.gpu_count[nodes] >= (ngpu if milli >= MILLI else 1)
-    return hosts
-
-
-def _can_ever_fit(
-    spec: ClusterSpec, mask: np.ndarray, ngpu: int, milli: int, cpu: int, mem: int, gang: bool
-) -> bool:
-    """Whether the request fits on the empty cluster: on one node, or (gangs only) spread over several."""
-    if bool(empty_node_hosts(spec, mask, ngpu, milli, cpu, mem).any()):
-        return True
-    if ngpu == 0 or not gang or milli < MILLI:
-        return False
-    hostable = gang_gpus(spec.gpu_count, spec.cpu_milli, spec.memory_mib, ngpu, cpu, mem)
-    return int(hostable[mask].sum()) >= ngpu

@@ -1,0 +1,246 @@
+"""Schedulers that put the two kinds of scheduling policy on the one backend contract (``contract.py``).
+
+* :class:`QueuePlacementScheduler`: a queue policy and a placement policy; jobs start on arrival or when
+  capacity is released, and keep their placement to the end.
+* :class:`RoundScheduler`: an :class:`~.contract.AllocationPolicy` called every round (and, if it asks, on
+  arrivals and completions); :func:`apply_decision` diffs its targets against the present.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..core.cluster import MILLI
+from ..core.jobs import JobTable
+from ..core.states import STATUS_PENDING, STATUS_RUNNING
+from ..energy.dvfs import DEFAULT_SETTING
+from .base import PlacementPolicy, QueuePolicy, run_pass
+from .contract import (
+    Actions,
+    AllocationPolicy,
+    BindContext,
+    ClusterView,
+    Decision,
+    InvalidDecision,
+    Scheduler,
+    Target,
+)
+from .settings import SettingRule
+
+_FAILED_MEMO_SIZE = 32
+
+
+def policy_info(policy: Any) -> dict[str, Any]:
+    info = {"name": policy.name, "reconstructed": bool(policy.reconstructed)}
+    if policy.basis:
+        info["basis"] = policy.basis
+    return info
+
+
+class _QueuePass:
+    """The :class:`~.base.PassContext` a queue policy sees during one pass, over the view and actions."""
+
+    def __init__(self, owner: QueuePlacementScheduler, view: ClusterView, actions: Actions):
+        self.owner = owner
+        self.view = view
+        self.actions = actions
+        self.now = view.now
+        self.jobs = view.jobs
+
+    def pending(self) -> Iterator[int]:
+        return self.view.pending()
+
+    def try_start(self, job: int) -> bool:
+        return self.owner.try_start(self.view, self.actions, job)
+
+    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.view.running_release_profile()
+
+    def free_gpus_total(self) -> int:
+        return self.view.free_gpus_total()
+
+
+class QueuePlacementScheduler(Scheduler):
+    """A queue policy orders and admits; a placement policy picks nodes and GPUs; jobs run to completion."""
+
+    decide_on_arrival = True
+    decide_on_release = True
+
+    def __init__(
+        self, queue: QueuePolicy, placement: PlacementPolicy, setting_rule: SettingRule | None = None
+    ):
+        self.queue = queue
+        self.placement = placement
+        self.setting_rule = setting_rule
+        self.name = f"{queue.name}+{placement.name}"
+        self._failed: list[tuple[int, int, int, int, int, bool]] = []
+        self._failed_epoch = -1
+
+    def bind(self, ctx: BindContext) -> None:
+        self.placement.bind(ctx.spec, ctx.rng, ctx.node_rank)
+        self.placement.prepare(ctx.jobs, ctx.spec)
+        self._model_names = ctx.spec.gpu_models
+        self._model_code = ctx.spec.gpu_model_code
+
+    def priority(self, jobs: JobTable) -> np.ndarray:
+        return np.asarray(self.queue.priority(jobs), dtype=np.float64)
+
+    def admit(self, jobs: JobTable, job: int) -> bool:
+        return self.queue.admit(jobs, job)
+
+    def decide(self, view: ClusterView, actions: Actions) -> None:
+        if view.queue_length:
+            run_pass(self.queue, _QueuePass(self, view, actions))
+
+    def try_start(self, view: ClusterView, actions: Actions, job: int) -> bool:
+        state = view.state
+        if self._failed_epoch != state.release_epoch:
+            self._failed.clear()
+            self._failed_epoch = state.release_epoch
+        req = view.request(job)
+        monotone = self.placement.monotone_failures
+        if monotone:
+            sig = (req.mask_id, req.num_gpu, req.gpu_milli, req.cpu_milli, req.memory_mib, req.gang)
+            # Within one release epoch capacity only shrinks, so a request that dominates a failed one fails too
+            # (only for placement policies whose answer depends on free capacity alone).
+            for f in self._failed:
+                if (
+                    sig[0] == f[0]
+                    and sig[5] == f[5]
+                    and sig[1] >= f[1]
+                    and sig[2] >= f[2]
+                    and sig[3] >= f[3]
+                    and sig[4] >= f[4]
+                ):
+                    return False
+        placement = self.placement.place(state, req)
+        if placement is None:
+            if monotone and len(self._failed) < _FAILED_MEMO_SIZE:
+                self._failed.append(sig)
+            return False
+        setting = DEFAULT_SETTING
+        if self.setting_rule is not None and placement[0][1]:
+            code = int(self._model_code[placement[0][0]])
+            if code >= 0:
+                setting = self.setting_rule.setting_for(self._model_names[code])
+        actions.start(job, Target(placement, req.gpu_milli if req.gpu_milli > 0 else MILLI, setting))
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        return {"queue": policy_info(self.queue), "placement": policy_info(self.placement)}
+
+
+class RoundScheduler(Scheduler):
+    """Calls an allocation policy every `round_s` seconds (rounds aligned to the first arrival), and on arrivals
+    and completions if asked; applies each decision by diffing it against the present."""
+
+    def __init__(
+        self,
+        policy: AllocationPolicy,
+        round_s: float,
+        on_arrival: bool | None = None,
+        on_completion: bool | None = None,
+    ):
+        if not (round_s > 0 and math.isfinite(round_s)):
+            raise ValueError(f"round_s must be a positive number of seconds, got {round_s}")
+        self.policy = policy
+        self.name = policy.name
+        self.round_s = float(round_s)
+        self.decide_on_arrival = policy.decide_on_arrival if on_arrival is None else bool(on_arrival)
+        self.decide_on_release = policy.decide_on_completion if on_completion is None else bool(on_completion)
+        self.rounds = 0
+        self.decisions = 0
+        self._origin = 0.0
+
+    def bind(self, ctx: BindContext) -> None:
+        self.policy.bind(ctx)
+
+    def on_start(self, view: ClusterView, actions: Actions) -> None:
+        self._origin = view.now
+        actions.wake_at(view.now, self._round)
+
+    def _round(self, view: ClusterView, actions: Actions) -> None:
+        self.rounds += 1
+        self.decide(view, actions)
+        if view.queue_length or len(view.running_jobs()):
+            nxt = view.now + self.round_s
+        else:
+            arrival = view.next_arrival_s()
+            if not math.isfinite(arrival):
+                return  # nothing left to schedule
+            # Skip empty rounds: the next round on the grid at or after the next arrival.
+            k = math.ceil((arrival - self._origin) / self.round_s - 1e-12)
+            nxt = max(self._origin + k * self.round_s, view.now + self.round_s)
+        actions.wake_at(nxt, self._round)
+
+    def decide(self, view: ClusterView, actions: Actions) -> None:
+        self.decisions += 1
+        decision = self.policy.allocate(view)
+        apply_decision(view, actions, decision, self.policy.name)
+        if decision.wake_at is not None:
+            actions.wake_at(float(decision.wake_at), lambda v, a: self.decide(v, a))
+
+    def describe(self) -> dict[str, Any]:
+        info = policy_info(self.policy)
+        info["parameters"] = self.policy.parameters()
+        return {
+            "allocation": info,
+            "round_s": self.round_s,
+            "decide_on_arrival": self.decide_on_arrival,
+            "decide_on_completion": self.decide_on_release,
+            "rounds": self.rounds,
+            "decisions": self.decisions,
+        }
+
+
+def apply_decision(view: ClusterView, actions: Actions, decision: Decision, policy: str) -> None:
+    """Turn target allocations into actions: stops, then moves (all released before any is re-placed), then
+    retunes, then starts in the order given. Running jobs neither kept nor assigned are stopped."""
+    status = view.status
+    ids = view.jobs.job_id
+    assign = decision.assign
+    keep = np.asarray(decision.keep, dtype=np.int64)
+    running = view.running_jobs()
+    if keep.size:
+        bad = keep[(keep < 0) | (keep >= len(status))]
+        if bad.size:
+            raise InvalidDecision(policy, None, f"keeps unknown job index {int(bad[0])}")
+        not_running = keep[status[keep] != STATUS_RUNNING]
+        if not_running.size:
+            raise InvalidDecision(policy, str(ids[not_running[0]]), "keeps a job that is not running")
+    for job in assign:
+        if not 0 <= job < len(status):
+            raise InvalidDecision(policy, None, f"assigns unknown job index {job}")
+        if status[job] not in (STATUS_PENDING, STATUS_RUNNING):
+            raise InvalidDecision(policy, str(ids[job]), "assigns a job that is neither pending nor running")
+    if running.size:
+        listed = np.zeros(len(status), dtype=bool)
+        listed[keep] = True
+        if assign:
+            listed[np.fromiter(assign, dtype=np.int64, count=len(assign))] = True
+        for job in running[~listed[running]].tolist():
+            actions.stop(job)
+    for job in decision.reject:
+        if status[job] != STATUS_PENDING:
+            raise InvalidDecision(policy, str(ids[job]), "rejects a job that is not pending")
+        actions.reject(job)
+    moves, retunes, starts = {}, [], []
+    for job, target in assign.items():
+        if status[job] == STATUS_PENDING:
+            starts.append(job)
+            continue
+        now = view.target(job)
+        if now is None or (now.placement, now.share_milli) != (target.placement, target.share_milli):
+            moves[job] = target
+        elif now.setting != target.setting:
+            retunes.append(job)
+    if moves:
+        actions.move_many(moves)
+    for job in retunes:
+        actions.retune(job, assign[job].setting)
+    for job in starts:
+        actions.start(job, assign[job])
