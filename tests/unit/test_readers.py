@@ -286,6 +286,126 @@ def test_missing_file_and_empty_file(tmp_path):
         read_generic_csv(write(tmp_path, "empty.csv", ""))
 
 
+PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster"
+PHILLY_ROW = "2017-10-01 00:00:00,5,1,5,vc"
+
+
+@pytest.mark.parametrize(
+    ("rows", "line", "message"),
+    [
+        ([PHILLY_ROW + ",x", PHILLY_ROW], 2, "expected 5 fields, found 6"),  # first row: not an index column
+        ([PHILLY_ROW, PHILLY_ROW + ",x"], 3, "expected 5 fields, found 6"),
+        ([PHILLY_ROW, PHILLY_ROW + "," * 100_000], 3, "expected 5 fields, found 100005"),
+        ([PHILLY_ROW, "2017-10-01 00:00:00,5,1", PHILLY_ROW], 3, "expected 5 fields, found 3"),
+        ([PHILLY_ROW, "", "   ", ",,,", PHILLY_ROW], 5, "expected 5 fields, found 4"),  # ,,, is not blank
+    ],
+)
+def test_rows_with_too_many_or_too_few_fields(tmp_path, rows, line, message):
+    path = write(tmp_path, "philly.csv", "\n".join([PHILLY_HEADER, *rows]) + "\n")
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as info:
+        read_philly(path)
+    assert time.perf_counter() - t0 < 1.0
+    assert (info.value.line, info.value.message) == (line, message)
+    assert str(info.value) == f"{path}:{line}: {message}"
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_blank_lines_are_dropped_and_counted(tmp_path, newline):
+    rows = [PHILLY_HEADER, "", PHILLY_ROW, " \t ", ",,,,", PHILLY_ROW, ""]
+    path = tmp_path / "philly.csv"
+    path.write_bytes(newline.join(rows).encode())
+    np.testing.assert_array_equal(read_philly(path).jobs.source_line, [3, 6])
+
+
+def test_quoted_fields_may_hold_separators_and_line_breaks(tmp_path):
+    path = generic(
+        tmp_path,
+        'a,0,1,1,"resnet, ""big"""',
+        'b,5,1,1,"two\nlines"',
+        "c,9,1,1,plain",
+        header="job_id,submit_time,duration,num_gpu,model_name",
+    )
+    jobs = read_generic_csv(path).jobs
+    assert list(jobs.model_name) == ['resnet, "big"', "two\nlines", "plain"]
+    np.testing.assert_array_equal(jobs.source_line, [2, 3, 5])  # each row's first line
+    bad = generic(tmp_path, 'a,0,1,"1"', 'b,"0,1,1', "c,0,1,1", header="job_id,submit_time,duration,num_gpu")
+    with pytest.raises(InputError) as info:
+        read_generic_csv(bad)
+    assert info.value.line == 3 and "closing '\"'" in info.value.message
+
+
+def test_gavel_rows_must_match_the_layout(tmp_path):
+    good = (GAVEL / "msr" / "seed=0" / "0e4a51.trace").read_text().splitlines()
+    throughputs = GAVEL / "simulation_throughputs.json"
+    for rows, line, message in [
+        ([good[0], good[1] + "\t" * 100_000], 2, "expected 7 fields separated by '\\t', found 100007"),
+        ([good[0], "Alpha (batch size 8)\tcmd", good[2]], 2, "expected 7 fields separated by '\\t', found 2"),
+    ]:
+        path = write(tmp_path, "vc.trace", "\n".join(rows) + "\n")
+        with pytest.raises(InputError) as info:
+            read_gavel(path, throughputs)
+        assert (info.value.line, info.value.message) == (line, message)
+    path = write(tmp_path, "vc.trace", "\n".join(["", good[0], "  ", good[1], "\t\t", good[2]]) + "\n")
+    np.testing.assert_array_equal(read_gavel(path, throughputs).jobs.source_line, [2, 4, 6])
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "fragment"),
+    [
+        (b"", 1, "file is empty"),
+        (b"\n \n\t\n", 1, "file is empty"),
+        (b"\njob_id,submit_time,duration,num_gpu\na,0,1,1\n", 1, "the header line is empty"),
+        (b"job_id,submit_time,duration,num_gpu\na,0,1,1\nb,\xe9,1,1\n", 3, "not UTF-8 text"),
+        (b"job_id,submit_time,duration,num_gpu\na,0,1,1\nb,0\x00,1,1\n", 3, "NUL byte"),
+        ("job_id,submit_time\na,0\n".encode("utf-16"), 1, "not UTF-8 text"),
+        (bytes(range(256)), 3, "not UTF-8 text"),  # \n and \r come before the first bad byte
+    ],
+)
+def test_unreadable_files_give_one_line_errors(tmp_path, content, line, fragment):
+    path = tmp_path / "jobs.csv"
+    path.write_bytes(content)
+    with pytest.raises(InputError) as info:
+        read_generic_csv(path)
+    assert info.value.line == line and fragment in info.value.message
+    assert "\n" not in str(info.value)
+
+
+def test_directory_instead_of_a_file(tmp_path):
+    for reader in (read_generic_csv, read_philly, read_alibaba_pods):
+        with pytest.raises(InputError, match="is a directory, expected a CSV file"):
+            reader(tmp_path)
+    with pytest.raises(InputError, match="is a directory, expected a Gavel"):
+        read_gavel(tmp_path, GAVEL / "simulation_throughputs.json")
+
+
+def test_non_finite_and_huge_integers_are_flagged(tmp_path):
+    for value, fragment in [("inf", "'inf' is not an integer"), ("1e30", "'1e30' is out of range")]:
+        path = write(
+            tmp_path, "philly.csv", f"{PHILLY_HEADER}\n{PHILLY_ROW}\n2017-10-01 00:00:00,5,{value},5,vc\n"
+        )
+        with pytest.raises(InputError) as info:
+            read_philly(path)
+        assert (info.value.line, info.value.field, info.value.message) == (3, "num_gpus", fragment)
+
+
+def test_timestamp_outside_the_representable_range(tmp_path):
+    header = "job_id,submit_time,duration,num_gpu"
+    path = generic(tmp_path, "a,abc,1,1", "b,-1,1,1", header=header)  # 'abc' first: timestamps; -1: year -1
+    with pytest.raises(InputError) as info:
+        read_generic_csv(path)
+    assert (info.value.line, info.value.field) == (2, "submit_time")
+    w = read_generic_csv(path, skip_invalid=True)
+    assert w.invalid_skipped == 2 and "'-1'" in w.invalid_examples[1]
+
+
+def test_column_names_with_line_breaks_stay_on_one_line(tmp_path):
+    path = generic(tmp_path, "a,0,1,1", header='job_id,"submit\ntime",duration,num_gpu')
+    with pytest.raises(InputError) as info:
+        read_generic_csv(path)
+    assert str(info.value).splitlines() == [str(info.value)]
+
+
 def test_alibaba_rules_use_trace_field_names(tmp_path):
     src = (ALIBABA / "openb_pod_list_default.csv").read_text().splitlines()
     cases = [

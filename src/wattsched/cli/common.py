@@ -3,34 +3,84 @@
 from __future__ import annotations
 
 import contextlib
-import sys
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path, PurePath
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
-from ..core.errors import WattschedError
+from ..core.errors import UnknownNameError, WattschedError
 
 console = Console()
 err_console = Console(stderr=True)
 
+_LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]\s*")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+_EXPECTED_FILE = {"workload": "a CSV file", "cluster": "a cluster YAML file"}
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line: line breaks become spaces, other control characters are escaped."""
+    text = _LINE_BREAKS.sub(" ", str(message).strip())
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def print_error(message: str) -> None:
+    """``error: <message>`` on stderr as exactly one line, whatever the message and the terminal width."""
+    text = Text.assemble(("error:", "bold red"), " ", one_line(message))  # Text: no markup, no emoji codes
+    err_console.print(text, highlight=False, soft_wrap=True)
+
+
+def _describe(exc: WattschedError) -> str:
+    if isinstance(exc, UnknownNameError) and exc.kind in _EXPECTED_FILE:
+        with contextlib.suppress(OSError, ValueError):
+            if Path(exc.name).is_dir():  # a path that is not a file: say so rather than list every name
+                return f"{exc.name}: is a directory, expected {_EXPECTED_FILE[exc.kind]}"
+    return str(exc)
+
+
+def _describe_os_error(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"{reason}: {exc.filename}" if exc.filename else reason
+
+
+def _describe_decode_error(exc: UnicodeDecodeError) -> str:
+    """Name the file being read when a frame of the traceback holds it (``Path.read_text`` does)."""
+    path = None
+    tb = exc.__traceback__
+    while tb is not None:
+        for name in ("self", "path"):
+            value = tb.tb_frame.f_locals.get(name)
+            if isinstance(value, PurePath):
+                path = value
+        tb = tb.tb_next
+    where = f"{path}: " if path is not None else "an input file is "
+    return f"{where}not UTF-8 text: {exc}"
+
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn user-fixable errors into `error: ...` on stderr and exit code 2."""
+    """Turn user-fixable errors into one `error: ...` line on stderr and exit code 2."""
     try:
         yield
     except WattschedError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        print_error(_describe(exc))
         raise typer.Exit(2) from None
     except OSError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.strerror or exc}: {exc.filename or ''}", highlight=False)
+        print_error(_describe_os_error(exc))
+        raise typer.Exit(2) from None
+    except UnicodeDecodeError as exc:  # e.g. a binary file given as a YAML config
+        print_error(_describe_decode_error(exc))
         raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager
 def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """A live progress bar on a terminal; nothing at all when stderr is a file or a pipe."""
     if not enabled:
         yield None
         return
@@ -40,11 +90,15 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, in
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err_console,
-        transient=not sys.stderr.isatty(),
+        disable=not err_console.is_terminal,
     ) as bar:
-        task = bar.add_task(label, total=None)
+        task = bar.add_task(escape(label), total=None)  # a path may hold '[...]'
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        yield update
+        try:
+            yield update
+        except BaseException:
+            bar.live.transient = True  # erase the bar so that an error message stands alone
+            raise

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from ..experiments.config import resolve_config
+from ..experiments.config import SimulationConfig, resolve_config
 from ..experiments.run import run_simulation
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from .common import console, progress_bar, user_errors
 from .data import data_app
 from .experiment import experiment_app
+from .options import command_with_config_options
 from .signals import signals_app
 
 app = typer.Typer(
@@ -55,92 +57,46 @@ def print_summary(summary: dict[str, Any], out: Path | None) -> None:
         console.print(f"run directory: [bold]{out}[/]")
 
 
-@app.command()
-def simulate(
-    workload: Annotated[
-        str | None, typer.Option(help="workload name or CSV path [default: synthetic]")
-    ] = None,
-    cluster: Annotated[str | None, typer.Option(help="cluster name or YAML path [default: default]")] = None,
-    mode: Annotated[str | None, typer.Option(help="temporal | packing [default: temporal]")] = None,
-    queue: Annotated[str | None, typer.Option(help="queue policy [default: fifo]")] = None,
-    placement: Annotated[str | None, typer.Option(help="placement policy [default: best-fit]")] = None,
-    seed: Annotated[int | None, typer.Option(help="random seed [default: 42]")] = None,
-    inflate: Annotated[
-        float | None, typer.Option(help="packing: multiple of GPU capacity [default: 1.3]")
-    ] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", help="synthetic workload: number of jobs")] = None,
-    arrival: Annotated[str | None, typer.Option(help="synthetic workload: poisson | bursty")] = None,
-    max_jobs: Annotated[int | None, typer.Option(help="keep the first N jobs by submission time")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML config; flags override it")] = None,
-    data_dir: Annotated[
-        str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")
-    ] = None,
-    skip_invalid: Annotated[bool, typer.Option("--skip-invalid", help="skip malformed rows")] = False,
-    check_invariants: Annotated[
-        bool, typer.Option("--check-invariants", help="check after every event")
-    ] = False,
-    out: Annotated[Path | None, typer.Option(help="run directory to write")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar or summary table")] = False,
-    power_model: Annotated[str | None, typer.Option(help="binary | linear | dvfs [default: linear]")] = None,
-    power_manager: Annotated[
-        str | None, typer.Option(help="always-on | idle-timeout | forecast [default: always-on]")
-    ] = None,
-    region: Annotated[
-        str | None, typer.Option(help="grid region for price and carbon, e.g. US-CAL-CISO")
-    ] = None,
-    year: Annotated[int | None, typer.Option(help="grid signal year [default: 2023]")] = None,
-    pue: Annotated[float | None, typer.Option(help="power usage effectiveness [default: 1.0]")] = None,
-    node_base_w: Annotated[float | None, typer.Option(help="node base power W [default: per model]")] = None,
-    idle_timeout_s: Annotated[float | None, typer.Option(help="idle-timeout: seconds [default: 600]")] = None,
-    boot_time_s: Annotated[float | None, typer.Option(help="node boot time s [default: 300]")] = None,
-    gpu_power_limit: Annotated[float | None, typer.Option(help="dvfs: power limit, fraction of max")] = None,
-    gpu_sm_clock: Annotated[float | None, typer.Option(help="dvfs: SM clock, fraction of max")] = None,
-    governor: Annotated[str | None, typer.Option(help="dvfs: static | energy-optimal")] = None,
-    signal_fill: Annotated[
-        str | None,
-        typer.Option(help="fill long gaps in price/carbon series: hold | interpolate [default: error]"),
-    ] = None,
-    no_energy: Annotated[bool, typer.Option("--no-energy", help="skip energy accounting")] = False,
-) -> None:
-    """Replay a workload on a cluster under a queue and a placement policy; write a run directory."""
-    synthetic = {k: v for k, v in {"num_jobs": jobs, "arrival": arrival}.items() if v is not None}
-    power_states = {
-        k: v
-        for k, v in {"idle_timeout_s": idle_timeout_s, "boot_time_s": boot_time_s}.items()
-        if v is not None
-    }
-    overrides = {
-        "workload": workload,
-        "cluster": cluster,
-        "mode": mode,
-        "queue": queue,
-        "placement": placement,
-        "seed": seed,
-        "inflate": inflate,
-        "max_jobs": max_jobs,
-        "data_dir": data_dir,
-        "skip_invalid": True if skip_invalid else None,
-        "check_invariants": True if check_invariants else None,
-        "synthetic": synthetic or None,
-        "power_model": power_model,
-        "power_manager": power_manager,
-        "region": region,
-        "year": year,
-        "pue": pue,
-        "node_base_w": node_base_w,
-        "power_states": power_states or None,
-        "gpu_power_limit": gpu_power_limit,
-        "gpu_sm_clock": gpu_sm_clock,
-        "governor": governor,
-        "signal_fill": signal_fill,
-        "energy": False if no_energy else None,
-    }
+def _simulate(overrides: dict[str, Any], extra: dict[str, Any]) -> None:
+    quiet = bool(extra["quiet"])
+    out = extra["out"]
     with user_errors():
-        cfg = resolve_config(config, overrides)
+        cfg = resolve_config(extra["config"], overrides)
         with progress_bar(f"{cfg.mode} {cfg.workload}", enabled=not quiet) as progress:
             result = run_simulation(cfg, out, progress)
     if not quiet:
         print_summary(result.summary, out)
+
+
+simulate = command_with_config_options(
+    SimulationConfig,
+    [
+        inspect.Parameter(
+            "config",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                Path | None, typer.Option("--config", help="YAML config; flags override it")
+            ],
+        ),
+        inspect.Parameter(
+            "out",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[Path | None, typer.Option(help="run directory to write")],
+        ),
+        inspect.Parameter(
+            "quiet",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=False,
+            annotation=Annotated[bool, typer.Option("--quiet", help="no progress bar or summary table")],
+        ),
+    ],
+    _simulate,
+    "Replay a workload on a cluster under a queue and a placement policy, or an allocation policy in rounds; "
+    "write a run directory. Every setting of the config file is also a flag.",
+)
+app.command("simulate")(simulate)
 
 
 @app.command()

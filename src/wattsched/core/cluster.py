@@ -61,6 +61,24 @@ class ClusterSpec:
         except ValueError:
             return -1
 
+    def with_gpu_model(self, model_name: str) -> ClusterSpec:
+        """The same cluster with every GPU node's GPUs replaced by `model_name` (single-model clusters only)."""
+        from dataclasses import replace
+
+        from .errors import WattschedError
+
+        name = gpu_model(model_name).name
+        if len(self.gpu_models) > 1:
+            raise WattschedError(
+                f"cluster '{self.name}' has several GPU models ({', '.join(self.gpu_models)}): "
+                "--gpu-type needs a cluster with one"
+            )
+        if not self.gpu_models:
+            raise WattschedError(f"cluster '{self.name}' has no GPUs: --gpu-type does not apply")
+        base = self.name.split("@")[0]
+        notes = f"{self.notes}; GPU model set to {name} (--gpu-type)" if self.notes else f"GPU model {name}"
+        return replace(self, name=f"{base}@{name}", gpu_models=(name,), notes=notes)
+
     def describe(self) -> dict[str, object]:
         per_model = {}
         for code, m in enumerate(self.gpu_models):
@@ -144,6 +162,14 @@ class ClusterState:
         self.gpu_pod_kinds = np.zeros((spec.num_nodes, width + 1), dtype=np.int64)
         self.available = np.ones(spec.num_nodes, dtype=bool)
         self._refresh_all()
+
+    def copy(self) -> ClusterState:
+        """An independent copy (for a policy to plan on)."""
+        other = ClusterState.__new__(ClusterState)
+        other.__dict__.update(
+            {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
+        )
+        return other
 
     def _refresh_all(self) -> None:
         g = self.gpu_left

@@ -89,6 +89,39 @@ class AllocationLog:
         last[jobs] = cols["alloc"][held][first]
         return [self.placements[a] if a != NO_ALLOC else None for a in last.tolist()]
 
+    def job_stats(self, num_jobs: int, t_end: float) -> dict[str, np.ndarray]:
+        """Per job, over the time it held GPUs: time-weighted mean GPU count, SM-clock and power-limit
+        fractions, and the sequence of distinct GPU counts it held (e.g. "2>4>2")."""
+        rows = self.intervals(t_end)
+        dt = rows["end_s"] - rows["time_s"]
+        job = rows["job"]
+        gpus_of_alloc = np.array([num_gpus(p) for p in self.placements] or [0], dtype=np.int64)
+        gpus = gpus_of_alloc[rows["alloc"]]
+        clock, limit = self.setting_fractions()
+        held = np.bincount(job, weights=dt, minlength=num_jobs)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = {
+                "mean_num_gpu": np.bincount(job, weights=gpus * dt, minlength=num_jobs) / held,
+                "mean_sm_clock_frac": np.bincount(
+                    job, weights=clock[rows["setting"]] * dt, minlength=num_jobs
+                )
+                / held,
+                "mean_power_limit_frac": np.bincount(
+                    job, weights=limit[rows["setting"]] * dt, minlength=num_jobs
+                )
+                / held,
+            }
+        counts = np.full(num_jobs, "", dtype=object)
+        entries = np.bincount(job, minlength=num_jobs)
+        first = np.searchsorted(job, np.arange(num_jobs))  # rows are sorted by job
+        single = entries == 1
+        counts[single] = gpus[first[single]].astype(str)
+        for j in np.flatnonzero(entries > 1).tolist():
+            seq = gpus[first[j] : first[j] + entries[j]].tolist()
+            counts[j] = ">".join(str(c) for i, c in enumerate(seq) if i == 0 or c != seq[i - 1])
+        mean["gpu_counts"] = counts
+        return mean
+
     def setting_fractions(self) -> tuple[np.ndarray, np.ndarray]:
         """Per setting id: (SM-clock fraction, power-limit fraction), 1.0 where the setting leaves it at max."""
         clock = np.array([s.sm_clock_fraction or 1.0 for s in self.settings])

@@ -35,7 +35,7 @@ from ..core.states import (
     STATUS_RUNNING,
     STATUS_UNSCHEDULABLE,
 )
-from ..energy.dvfs import GpuSetting
+from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from ..perf.model import PerformanceModel
 from ..policies.base import JobRequest, Placement
 from ..policies.contract import BindContext, InvalidDecision, Scheduler, Target, WakeCallback
@@ -136,6 +136,7 @@ class Simulator:
 
         n = len(jobs)
         self._gpu_width = max(spec.max_gpus_per_node, 1)
+        self._node_code = spec.gpu_model_code.tolist()
         self.now = 0.0
         self.status = np.full(n, STATUS_FUTURE, dtype=np.int8)
         self.phase = np.full(n, PHASE_RELEASED, dtype=np.int8)
@@ -321,12 +322,12 @@ class Simulator:
         self._push(end, KIND_COMPLETION, job, int(self.version[job]))
 
     def _gpu_code(self, placement: Placement) -> int:
-        return int(self.spec.gpu_model_code[placement[0][0]]) if placement else -1
+        return self._node_code[placement[0][0]] if placement else -1
 
     def _solo_rate(self, job: int, placement: Placement, setting: GpuSetting) -> float:
+        ngpu = sum([len(g) for _, g, _, _ in placement])
         if not self.perf.modelled[job]:
-            return self.perf.speed(self._gpu_code(placement), setting)
-        ngpu = sum(len(g) for _, g, _, _ in placement)
+            return self.perf.solo_rate(job, self._gpu_code(placement), ngpu, 1, 1, setting)
         nodes = len(placement)
         switches = len({int(self.spec.switch_id[n]) for n, _, _, _ in placement}) if nodes > 1 else 1
         return self.perf.solo_rate(job, self._gpu_code(placement), ngpu, nodes, switches, setting)
@@ -343,8 +344,9 @@ class Simulator:
             lost,
         )
 
-    def _take(self, job: int, target: Target) -> None:
-        """Allocate the target's resources to `job` (no status change); errors name the scheduler and job."""
+    def _take(self, job: int, target: Target) -> tuple[int, int]:
+        """Allocate the target's resources to `job` (no status change); errors name the scheduler and job.
+        Returns (GPU model code, GPU count)."""
         state = self.state
         milli = int(target.share_milli)
         placement = target.placement
@@ -355,14 +357,13 @@ class Simulator:
                 state.allocate(node, gpus, milli, cpu, mem)
         except (RuntimeError, IndexError) as exc:
             raise InvalidDecision(self._by, str(self.jobs.job_id[job]), str(exc)) from None
+        setting = target.setting
         self.alloc_id[job] = self.log.add_alloc(placement, milli)
         self.share[job] = milli
-        self.setting_id[job] = self.log.setting_id(target.setting)
-        code = self._gpu_code(placement)
-        self.load[job] = (
-            self.perf.gpu_load(job, code, target.setting) if placement and placement[0][1] else 0.0
-        )
-        ngpu = sum(len(g) for _, g, _, _ in placement)
+        self.setting_id[job] = 0 if setting is DEFAULT_SETTING else self.log.setting_id(setting)
+        code = self._node_code[placement[0][0]] if placement else -1
+        ngpu = sum([len(g) for _, g, _, _ in placement])
+        self.load[job] = self.perf.gpu_load(job, code, setting) if ngpu else 0.0
         self.held_gpus[job] = ngpu
         self.hold_since[job] = self.now
         if milli < MILLI:
@@ -371,6 +372,7 @@ class Simulator:
                 for g in gpus:
                     self._residents.setdefault(node * width + g, []).append(job)
             self._check_memory(job, placement)
+        return code, ngpu
 
     def _give_back(self, job: int) -> tuple[Placement, int]:
         """Release everything `job` holds; returns what it held (placement, milli per GPU)."""
@@ -420,15 +422,24 @@ class Simulator:
             raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "configuration makes no progress")
         return rate
 
-    def _begin_running(self, job: int) -> None:
-        """Phase RUNNING from now: rate from the configuration, completion scheduled, checkpoints restart."""
+    def _begin_running(self, job: int, rate: float | None = None) -> None:
+        """Phase RUNNING from now: rate from the configuration (unless given), completion scheduled,
+        checkpoints counted from now."""
+        now = self.now
+        if rate is None or not rate > 0:
+            rate = self._current_rate(job)
         self.phase[job] = PHASE_RUNNING
-        self.rate[job] = self._current_rate(job)
-        self.last_update[job] = self.now
+        self.rate[job] = rate
+        self.last_update[job] = now
         interval = self.ckpt_interval[job]
-        self.ckpt_next[job] = self.now + interval if interval > 0 else math.inf
-        self.ckpt_done[job] = self.work[job] - self.remaining[job]
-        self._schedule_completion(job)
+        if interval > 0:
+            self.ckpt_next[job] = now + interval
+            self.ckpt_done[job] = self.work[job] - self.remaining[job]
+        version = self.version[job] = self.version[job] + 1
+        self._seq += 1
+        heapq.heappush(
+            self._heap, (now + self.remaining[job] / rate, KIND_COMPLETION, self._seq, job, version)
+        )
 
     def _neighbours_changed(self, jobs: Iterable[int], skip: Iterable[int] = ()) -> None:
         """Co-runners changed for these jobs: re-rate the running ones whose rate moved."""
@@ -455,16 +466,20 @@ class Simulator:
     def start(self, job: int, target: Target) -> None:
         if self.status[job] != STATUS_PENDING:
             raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "start of a job that is not pending")
-        self._take(job, target)
+        code, ngpu = self._take(job, target)
         self._dequeue(job)
         self.status[job] = STATUS_RUNNING
+        now = self.now
         first = math.isnan(self.start_s[job])
         if first:
-            self.start_s[job] = self.now
-        self._last_start = self.now
+            self.start_s[job] = now
+        self._last_start = now
         self.running[job] = None
-        if first or target.num_gpus == 0:
-            self._begin_running(job)
+        if first or ngpu == 0:
+            exclusive = target.share_milli >= MILLI and not self.perf.modelled[job]
+            # An exclusive job without a table needs no co-runner or placement-span lookup.
+            rate = self.perf.solo_rate(job, code, ngpu, 1, 1, target.setting) if exclusive else None
+            self._begin_running(job, rate)
         else:
             self._begin_restart(job, target)
         self._log(job)
@@ -535,16 +550,23 @@ class Simulator:
 
     def move_many(self, targets: Mapping[int, Target]) -> None:
         touched: set[int] = set()
+        was_running: dict[int, bool] = {}
         for job in targets:
             if self.status[job] != STATUS_RUNNING:
                 raise InvalidDecision(
                     self._by, str(self.jobs.job_id[job]), "move of a job that is not running"
                 )
+            was_running[job] = self.phase[job] == PHASE_RUNNING
             _, (placement, _) = self._release_for_change(job, save=True)  # a planned move checkpoints first
             touched |= self._sharers_of(placement)
         for job, target in targets.items():
+            previous = self.log.placements[int(self.last_alloc[job])]
+            in_place = was_running[job] and _gpu_set(target.placement) == _gpu_set(previous)
             self._take(job, target)
-            self._begin_restart(job, target)
+            if in_place:
+                self._begin_running(job)  # same GPUs, only the share or CPU changed: it keeps running
+            else:
+                self._begin_restart(job, target)
             self._log(job)
             if self.power is not None:
                 self.power.job_started(job, [node for node, *_ in target.placement])
@@ -572,15 +594,21 @@ class Simulator:
         self.status[job] = STATUS_DROPPED
 
     def _finish(self, job: int) -> None:
-        self._settle(job)
+        now = self.now
         self.remaining[job] = 0.0
-        _, alloc = self._release_for_change(job, save=True)
+        self.last_update[job] = now
+        self.version[job] += 1
+        held = self._give_back(job)
+        self.phase[job] = PHASE_RELEASED
+        self.rate[job] = 0.0
+        self.load[job] = 0.0
+        self.ckpt_next[job] = math.inf
         self.status[job] = STATUS_DONE
-        self.end_s[job] = self.now
+        self.end_s[job] = now
         del self.running[job]
         self._released = True
-        self._log(job)
-        self._after_release(job, alloc)
+        self.log.append(now, job, NO_ALLOC, 0.0, 0.0, PHASE_RELEASED, int(self.setting_id[job]), 0.0)
+        self._after_release(job, held)
 
     def _check_memory(self, job: int, placement: Placement) -> None:
         """Jobs sharing a GPU must fit in its memory together (where the model knows their memory)."""
@@ -710,6 +738,11 @@ class SimView:
         if a == NO_ALLOC:
             return None
         return Target(sim.log.placements[a], int(sim.share[job]), sim.log.settings[int(sim.setting_id[job])])
+
+    def previous_placement(self, job: int) -> Placement | None:
+        """What the job held last time it ran (None if it never ran)."""
+        last = int(self._sim.last_alloc[job])
+        return None if last == NO_ALLOC else self._sim.log.placements[last]
 
     def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
         sim = self._sim

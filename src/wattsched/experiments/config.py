@@ -14,15 +14,51 @@ from ..engine.power import PowerStateConfig
 from ..workloads.synthetic import SyntheticConfig
 
 
+def cli(flag: str | None = None, hidden: bool = False) -> dict[str, Any]:
+    """Field metadata for the generated CLI: a flag name other than ``--<field-name>``, or no flag at all."""
+    return {"cli": flag, "cli_hidden": hidden}
+
+
 class SimulationConfig(BaseModel):
+    """Every setting of a run. The `wattsched simulate` flags are generated from these fields (cli/options.py):
+    a field is a flag named after it (``round_s`` -> ``--round-s``), nested fields by their own name."""
+
     model_config = ConfigDict(extra="forbid")
 
     workload: str = Field("synthetic", description="workload name (see `wattsched workloads`) or CSV path")
     cluster: str = Field("default", description="cluster name (see `wattsched clusters`) or YAML path")
-    mode: Literal["temporal", "packing"] = "temporal"
+    gpu_type: str | None = Field(
+        None, description="GPU model for every node of a single-model cluster (e.g. T4 on n16g4)"
+    )
+    mode: Literal["temporal", "packing"] = Field("temporal", description="temporal | packing")
     queue: str = Field("fifo", description="queue policy")
     placement: str = Field("best-fit", description="placement policy")
-    seed: int = 42
+    allocation: str | None = Field(
+        None, description="allocation policy run in rounds (replaces queue + placement), e.g. tiresias"
+    )
+    round_s: float | None = Field(
+        None, gt=0, description="allocation round length in s [default: the policy's published one, else 300]"
+    )
+    round_on_events: bool | None = Field(
+        None, description="also decide on arrivals and completions [default: as the policy says]"
+    )
+    checkpoint_interval_s: float = Field(
+        0.0, ge=0, description="jobs checkpoint this often; a stop loses progress since (0: none lost)"
+    )
+    restart_model: Literal["elasticflow", "fixed"] = Field(
+        "elasticflow", description="restart delay after a resume, resize or migration: elasticflow | fixed"
+    )
+    restart_delay_s: float = Field(30.0, ge=0, description="restart_model fixed: the delay in s (Pollux: 30)")
+    performance: Literal["auto", "tables", "trace"] = Field(
+        "auto",
+        description="job speed: measured throughput tables or trace durations (auto: tables for allocation "
+        "policies, trace durations for queue + placement)",
+    )
+    assign_models: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="give jobs without a model one by the seeded rule (auto: when the policy needs models)",
+    )
+    seed: int = Field(42, description="random seed")
     inflate: float = Field(
         1.3, gt=0, description="packing mode: fill to this multiple of cluster GPU capacity"
     )
@@ -36,7 +72,9 @@ class SimulationConfig(BaseModel):
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
 
     # Energy layer (temporal mode).
-    energy: bool = Field(True, description="account energy, cost and carbon")
+    energy: bool = Field(
+        True, description="account energy, cost and carbon", json_schema_extra=cli("--energy")
+    )
     power_model: str = Field("linear", description="binary | linear | dvfs")
     power_manager: str = Field("always-on", description="always-on | idle-timeout | forecast")
     node_base_w: float | None = Field(None, ge=0, description="node base power; default per power model")

@@ -51,10 +51,13 @@ def write_run_dir(
     jobs: pd.DataFrame,
     series: pd.DataFrame,
     summary: dict[str, Any],
+    tables: dict[str, pd.DataFrame] | None = None,
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "config.resolved.yaml", yaml.safe_dump(config, sort_keys=False))
     write_table(jobs, out / "jobs")
     write_table(series, out / "timeseries")
+    for name, table in (tables or {}).items():
+        write_table(table, out / name)
     write_json(out / "summary.json", summary)
     return out

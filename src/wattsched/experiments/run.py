@@ -21,12 +21,14 @@ from ..engine.packing import run_packing
 from ..engine.recorder import TimeSeriesRecorder
 from ..engine.temporal import Simulator
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
-from ..policies.adapters import QueuePlacementScheduler, policy_info
+from ..policies.adapters import QueuePlacementScheduler, RoundScheduler, policy_info
+from ..policies.contract import ALLOCATION_POLICIES, Scheduler
 from .config import SimulationConfig
 from .energy_setup import build_energy
 from .outputs import placement_strings, stats, write_run_dir
 
 ProgressFn = Callable[[int, int], None]
+DEFAULT_ROUND_S = 300.0  # allocation round when neither the flag nor the policy sets one
 
 
 @dataclass
@@ -51,11 +53,10 @@ class RunResult:
 
 def load_inputs(cfg: SimulationConfig) -> Inputs:
     from ..workloads.catalog import load_workload
-    from ..workloads.clusters import load_cluster
     from ..workloads.synthetic import generate
     from ..workloads.validate import check_against_cluster
 
-    cluster = load_cluster(cfg.cluster, cfg.data_dir)
+    cluster = _load_cluster(cfg)
     origin = None
     if cfg.workload == "synthetic":
         jobs, skipped, examples, has_times, path = generate(cfg.synthetic, cfg.seed), 0, [], True, "synthetic"
@@ -73,23 +74,34 @@ def load_inputs(cfg: SimulationConfig) -> Inputs:
     return Inputs(jobs, cluster, skipped + too_big, examples + big_examples, has_times, notes, origin)
 
 
+def _load_cluster(cfg: SimulationConfig) -> ClusterSpec:
+    from ..workloads.clusters import load_cluster, spec_names
+
+    if cfg.gpu_type and cfg.cluster in spec_names():
+        return load_cluster(f"{cfg.cluster}@{cfg.gpu_type}", cfg.data_dir)
+    cluster = load_cluster(cfg.cluster, cfg.data_dir)
+    return cluster.with_gpu_model(cfg.gpu_type) if cfg.gpu_type else cluster
+
+
 def run_simulation(
     cfg: SimulationConfig, out_dir: str | Path | None = None, progress: ProgressFn | None = None
 ) -> RunResult:
     started = time.perf_counter()
     inputs = load_inputs(cfg)
     seeds = np.random.SeedSequence(cfg.seed).spawn(3)
-    rng_order, rng_policy = (np.random.default_rng(s) for s in seeds[:2])
+    rng_order, rng_policy, rng_models = (np.random.default_rng(s) for s in seeds)
     placement = PLACEMENT_POLICIES.create(cfg.placement)
     if cfg.mode == "temporal":
         if not inputs.has_times:
             raise WattschedError(
                 f"workload '{cfg.workload}' has no submission/deletion times; use --mode packing"
             )
-        jobs_df, series_df, metrics, policies = _run_temporal(cfg, inputs, placement, rng_policy, progress)
+        jobs_df, series_df, metrics, policies, tables = _run_temporal(
+            cfg, inputs, rng_policy, rng_models, progress
+        )
     else:
         jobs_df, series_df, metrics = _run_packing(cfg, inputs, placement, rng_order, rng_policy, progress)
-        policies = {"placement": policy_info(placement)}
+        policies, tables = {"placement": policy_info(placement)}, {}
     summary: dict[str, Any] = {
         "jobs_submitted": metrics.pop("jobs_submitted"),
         "jobs_completed": metrics.pop("jobs_completed"),
@@ -114,7 +126,7 @@ def run_simulation(
     }
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        write_run_dir(out, cfg.model_dump(mode="json"), jobs_df, series_df, summary)
+        write_run_dir(out, cfg.model_dump(mode="json"), jobs_df, series_df, summary, tables)
     return RunResult(cfg, summary, jobs_df, series_df, out)
 
 
@@ -133,21 +145,58 @@ def _job_columns(jobs: JobTable) -> dict[str, Any]:
     }
 
 
-def _run_temporal(cfg, inputs: Inputs, placement, rng_policy, progress):
-    jobs, cluster = inputs.jobs, inputs.cluster
-    energy = build_energy(cfg, inputs.time_origin_utc) if cfg.energy else None
+def build_scheduler(cfg: SimulationConfig, setting_rule) -> Scheduler:
+    """The run's scheduler: an allocation policy in rounds, or a queue + placement pair."""
+    if cfg.allocation is not None:
+        policy = ALLOCATION_POLICIES.create(cfg.allocation)
+        round_s = cfg.round_s or policy.default_round_s or DEFAULT_ROUND_S
+        return RoundScheduler(policy, round_s, cfg.round_on_events, cfg.round_on_events, setting_rule)
     queue = QUEUE_POLICIES.create(cfg.queue)
-    scheduler = QueuePlacementScheduler(queue, placement, energy.setting_rule if energy else None)
+    return QueuePlacementScheduler(queue, PLACEMENT_POLICIES.create(cfg.placement), setting_rule)
+
+
+def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, scheduler, rng):
+    """The job performance model, and the job table with any assigned model names."""
+    from ..perf.model import PerformanceModel
+    from ..perf.restart import RestartModel
+
+    policy = getattr(scheduler, "policy", None)
+    assign = cfg.assign_models == "always" or (
+        cfg.assign_models == "auto" and bool(getattr(policy, "needs_models", False))
+    )
+    tables = (
+        assign or cfg.performance == "tables" or (cfg.performance == "auto" and cfg.allocation is not None)
+    )
+    restart = RestartModel(cfg.restart_model, fixed_s=cfg.restart_delay_s)
+    return PerformanceModel.build(
+        jobs,
+        cluster,
+        restart,
+        cfg.data_dir,
+        assign=assign,
+        rng=rng,
+        use_tables=tables and cfg.performance != "trace",
+    )
+
+
+def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
+    cluster = inputs.cluster
+    energy = build_energy(cfg, inputs.time_origin_utc) if cfg.energy else None
+    scheduler = build_scheduler(cfg, energy.setting_rule if energy else None)
+    perf, jobs = build_perf(cfg, inputs.jobs, cluster, scheduler, rng_models)
     recorder = TimeSeriesRecorder()
     sim = Simulator(
         jobs,
         cluster,
         scheduler,
         rng_policy,
+        perf=perf,
         power=energy.power if energy else None,
+        checkpoint_interval_s=cfg.checkpoint_interval_s,
         observers=[*([energy.ledger] if energy else []), recorder],
         check_invariants=cfg.check_invariants,
         progress=progress,
+        signals=(energy.price, energy.carbon) if energy else (None, None),
     )
     outcome = sim.run()
     jct = outcome.end_s - jobs.submit_s
@@ -162,6 +211,12 @@ def _run_temporal(cfg, inputs: Inputs, placement, rng_policy, progress):
             "duration_s": jobs.duration_s,
             "status": np.asarray(STATUS_NAMES, dtype=object)[outcome.status].astype(str),
             "placement": placement_strings(outcome.placements, cluster),
+            "model_assigned": perf.assigned,
+            "work": perf.work,
+            "restarts": outcome.restarts,
+            "preemptions": outcome.preemptions,
+            "work_lost": outcome.work_lost,
+            **outcome.log.job_stats(len(jobs), sim.now),
         }
     )
     jobs_df = pd.DataFrame(cols)
@@ -180,6 +235,10 @@ def _run_temporal(cfg, inputs: Inputs, placement, rng_policy, progress):
             if span > 0 and cluster.total_gpus
             else 0.0
         ),
+        "restarts": int(outcome.restarts.sum()),
+        "restart_gpu_hours": float(outcome.restart_gpu_s.sum()) / 3600.0,
+        "preemptions": int(outcome.preemptions.sum()),
+        "work_lost_to_preemption": float(outcome.work_lost.sum()),
     }
     series = recorder.frame()
     if energy is not None:
@@ -190,7 +249,12 @@ def _run_temporal(cfg, inputs: Inputs, placement, rng_policy, progress):
         for name, signal in (("price_usd_per_mwh", energy.price), ("carbon_g_per_kwh", energy.carbon)):
             if signal is not None:
                 series[name] = signal.value_at(series["time_s"].to_numpy())  # trace time, as the ledger
-    return jobs_df, series, metrics, scheduler.describe()
+    metrics["performance_model"] = perf.describe()
+    inputs.notes.extend(perf.notes)
+    tables = {}
+    if cfg.allocation is not None:
+        tables["allocations"] = outcome.log.frame(cluster.node_names, jobs.job_id)
+    return jobs_df, series, metrics, scheduler.describe(), tables
 
 
 def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress):

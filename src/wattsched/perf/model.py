@@ -1,17 +1,20 @@
 """The job performance model the engine and policies query (docs/perf.md).
 
-For every job it knows the amount of work (``work``: seconds at full speed for a job without a model, iterations
-for a job with one) and answers, for a configuration (GPU type, GPU count, nodes and switches spanned, GPU
+For every job it knows the amount of work (``work``: iterations for a job with a throughput table, seconds at
+full speed otherwise) and answers, for a configuration (GPU type, GPU count, nodes and switches spanned, GPU
 setting, co-runners):
 
-* ``solo_rate``: progress per second running alone on its GPUs;
-* ``shared_factor``: the slowdown from co-runners on shared GPUs (measured pairs, else time-slicing);
-* ``gpu_load``: the utilisation it adds to each of its GPUs, times the setting's power scale (what the power
+* ``solo_rate``: progress per second running alone on its GPUs, from the measured tables (ElasticFlow, Gavel)
+  with the interpolation rules of ``perf.tables``, times the DVFS speed of the setting (``energy.dvfs``);
+  a job spread over more nodes or switches than it needs runs at its unconsolidated throughput;
+* ``shared_factor``: the slowdown from co-runners on shared GPUs: Gavel's measured pair throughputs where they
+  exist, else time-slicing by solo utilisation;
+* ``gpu_load``: the utilisation it adds to each of its GPUs times the setting's power scale (what the power
   models turn into watts);
-* ``energy_per_iteration``: GPU energy per unit of work (what PowerFlow-, Zeus- and CE-DLA-style policies optimise).
+* ``energy_per_unit`` (alias ``energy_per_iteration``): GPU energy per unit of work.
 
-A job without a model keeps the behaviour of a plain trace replay exactly: it runs at speed 1 (times the DVFS
-speed of its setting) wherever it is placed.
+A job without a table keeps the behaviour of a plain trace replay: speed 1 at its trace GPU count (times the
+DVFS speed), scaled linearly with the GPU count it is given (stated assumption).
 """
 
 from __future__ import annotations
@@ -21,11 +24,27 @@ from typing import Any
 
 import numpy as np
 
-from ..core.cluster import ClusterSpec
+from ..core.cluster import MILLI, ClusterSpec
 from ..core.gpus import gpu_model
 from ..core.jobs import JobTable
 from ..energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response
+from ..energy.utilisation import job_gpu_load
+from .catalog import MODEL_FACTS, OWN_MEASUREMENTS, TABLE_SOURCE, normalise
 from .restart import RestartModel
+from .tables import ScalingTable, elasticflow_tables, gavel_pairs, gavel_tables, parse_gavel_type
+
+ASSIGNMENT_RULE = (
+    "uniform at random (seeded) over the models measured for the cluster's GPU type whose table covers the "
+    "job's GPU count (over all of them when none does), then uniform over that model's measured batch sizes "
+    "(as Gavel assigns job types uniformly at random)"
+)
+
+
+def _tables_for(gpu: str, data_dir) -> tuple[str, dict[str, ScalingTable], dict]:
+    source, name = TABLE_SOURCE.get(gpu, ("elasticflow", "A100"))
+    if source == "gavel":
+        return f"gavel/{name}", gavel_tables(name, data_dir), gavel_pairs(name, data_dir)
+    return f"elasticflow/{name}", elasticflow_tables(name, data_dir), {}
 
 
 class PerformanceModel:
@@ -33,36 +52,164 @@ class PerformanceModel:
         self,
         jobs: JobTable,
         spec: ClusterSpec,
-        job_load: np.ndarray,
+        job_load: np.ndarray | None = None,
         restart: RestartModel | None = None,
+        tables: dict[int, tuple[str, dict[str, ScalingTable], dict]] | None = None,
     ):
         self.jobs = jobs
         self.spec = spec
-        self.job_load = np.asarray(job_load, dtype=np.float64)  # per-GPU utilisation, trace share included
         self.restart = restart or RestartModel()
         n = len(jobs)
+        self.job_load = np.asarray(job_gpu_load(jobs) if job_load is None else job_load, dtype=np.float64)
+        self.trace_gpus = np.maximum(jobs.num_gpu, 1).astype(np.float64)
+        self.notes: list[str] = []
+        self.assigned = np.zeros(n, dtype=bool)
+        self.assignment_counts: dict[str, int] = {}
+        # Per GPU code of the cluster: (source label, tables by model key, Gavel pairs).
+        self.sources = tables or {}
+        self.key: dict[int, np.ndarray] = {}  # code -> [J] table key per job (None: no table)
+        self.batch = np.where(jobs.batch_size > 0, jobs.batch_size, 0).astype(np.float64)
         self.modelled = np.zeros(n, dtype=bool)
         self.work = jobs.duration_s.astype(np.float64).copy()
         self.checkpoint_gb = np.zeros(n)
-        self.notes: list[str] = []
+        self.memory = np.zeros(n)
+        self.util = self.job_load.copy()
+        self._rate_cache: dict[tuple, float] = {}
+        per_node = {
+            c: int(spec.gpu_count[spec.gpu_model_code == c].max()) for c in range(len(spec.gpu_models))
+        }
+        self._gpus_per_node = per_node
+        nodes_per_switch = np.bincount(spec.switch_id) if spec.num_nodes else np.zeros(1, dtype=np.int64)
+        self._nodes_per_switch = max(int(nodes_per_switch.max()), 1)
+
+    # --- construction ---------------------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        jobs: JobTable,
+        spec: ClusterSpec,
+        restart: RestartModel | None = None,
+        data_dir=None,
+        assign: bool = False,
+        rng: np.random.Generator | None = None,
+        use_tables: bool = True,
+    ) -> tuple[PerformanceModel, JobTable]:
+        """The model for this workload and cluster, and the job table with assigned model names (if any).
+
+        Tables are loaded when some job names a model or models are to be assigned; a job whose model has no
+        table for the cluster's GPU type keeps trace behaviour unless `assign` gives it one.
+        """
+        wants = use_tables and (assign or bool((np.asarray(jobs.model_name, dtype=str) != "").any()))
+        sources: dict[int, tuple[str, dict, dict]] = {}
+        notes = []
+        if wants:
+            for code, gpu in enumerate(spec.gpu_models):
+                sources[code] = _tables_for(gpu, data_dir)
+                if gpu not in OWN_MEASUREMENTS:
+                    notes.append(
+                        f"no throughput measurements for {gpu}: modelled with the {sources[code][0]} tables"
+                    )
+        keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
+        assigned = np.zeros(len(jobs), dtype=bool)
+        counts: dict[str, int] = {}
+        if assign and sources:
+            jobs, assigned, counts = _assign(jobs, spec, sources, keys, rng or np.random.default_rng(0))
+            keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
+        model = cls(jobs, spec, restart=restart, tables=sources)
+        model.notes += notes
+        model.assigned = assigned
+        model.assignment_counts = counts
+        model._attach(keys)
+        return model, jobs
+
+    def _attach(self, keys: dict[int, np.ndarray]) -> None:
+        """Mark modelled jobs, fill their facts and work (iterations)."""
+        self.key = keys
+        jobs = self.jobs
+        if not keys:
+            return
+        code0 = _main_code(self.spec)
+        main = keys[code0]
+        self.modelled = np.array([k is not None for k in main], dtype=bool)
+        tables = self.sources[code0][1]
+        for j in np.flatnonzero(self.modelled).tolist():
+            table = tables[main[j]]
+            if self.batch[j] <= 0 and table.batch_sizes[0] > 0:
+                self.batch[j] = float(table.batch_sizes[0])
+            f = MODEL_FACTS.get(normalise(main[j]))
+            share = min(int(jobs.gpu_milli[j]), MILLI) / MILLI if jobs.num_gpu[j] > 0 else 0.0
+            if f is not None:
+                util = f.utilisation if np.isnan(jobs.gpu_util[j]) else float(jobs.gpu_util[j])
+                self.util[j] = self.job_load[j] = min(max(util, 0.0), 1.0) * share
+                self.memory[j] = f.memory_gib
+                self.checkpoint_gb[j] = f.checkpoint_gb
+            if np.isfinite(jobs.iterations[j]):
+                self.work[j] = float(jobs.iterations[j])
+            else:  # iterations = trace duration x throughput at the trace's configuration on the cluster's GPU
+                n = int(self.trace_gpus[j])
+                per_node = self._gpus_per_node[code0]
+                self.work[j] = float(jobs.duration_s[j]) * self._table_rate(j, code0, n, -(-n // per_node), 1)
+        if self.modelled.any():
+            self.notes.append(
+                f"{int(self.modelled.sum())} job(s) modelled with throughput tables ({self.sources[code0][0]}); "
+                "work in iterations (trace iterations, else trace duration x throughput at the trace's "
+                "GPU count on the cluster's GPU type)"
+            )
+        missing = int((~self.modelled & (jobs.num_gpu > 0)).sum())
+        if missing:
+            self.notes.append(f"{missing} GPU job(s) without a throughput table run at trace speed")
 
     # --- rates ----------------------------------------------------------------------------------------------
     def speed(self, gpu_code: int, setting: GpuSetting) -> float:
         """DVFS speed factor of a setting on a GPU type (1 at the default setting)."""
-        if setting is DEFAULT_SETTING or setting == DEFAULT_SETTING or gpu_code < 0:
+        if setting is DEFAULT_SETTING or gpu_code < 0 or setting == DEFAULT_SETTING:
             return 1.0
         return dvfs_response(self.spec.gpu_models[gpu_code], setting)[0]
 
     def power_scale(self, gpu_code: int, setting: GpuSetting) -> float:
-        if setting is DEFAULT_SETTING or setting == DEFAULT_SETTING or gpu_code < 0:
+        if setting is DEFAULT_SETTING or gpu_code < 0 or setting == DEFAULT_SETTING:
             return 1.0
         return dvfs_response(self.spec.gpu_models[gpu_code], setting)[1]
+
+    def _table_rate(self, job: int, code: int, n: int, nodes: int, switches: int) -> float:
+        key = self.key[code][job]
+        per_node = self._gpus_per_node.get(code, 1) or 1
+        need_nodes = -(-n // per_node)
+        need_switches = -(-need_nodes // self._nodes_per_switch)
+        consolidated = nodes <= need_nodes and switches <= need_switches
+        cache_key = (code, key, float(self.batch[job]), n, consolidated)
+        rate = self._rate_cache.get(cache_key)
+        if rate is None:
+            table = self.sources[code][1][key]
+            batch = self.batch[job] if table.batch_sizes[0] > 0 else None
+            rate = table.throughput(n, batch, consolidated)
+            self._rate_cache[cache_key] = rate
+        return rate
+
+    def has_table(self, job: int, gpu_code: int) -> bool:
+        keys = self.key.get(gpu_code)
+        return keys is not None and keys[job] is not None
 
     def solo_rate(
         self, job: int, gpu_code: int, num_gpus: int, nodes: int, switches: int, setting: GpuSetting
     ) -> float:
         """Work units per second with the job alone on its GPUs."""
-        return self.speed(gpu_code, setting)
+        speed = self.speed(gpu_code, setting)
+        if gpu_code >= 0 and num_gpus > 0 and self.has_table(job, gpu_code):
+            return self._table_rate(job, gpu_code, num_gpus, nodes, switches) * speed
+        if num_gpus > 0 and num_gpus != self.trace_gpus[job]:
+            return speed * num_gpus / self.trace_gpus[job]  # no table: linear in the GPU count
+        return speed
+
+    def max_gpus(self, job: int, gpu_code: int) -> int:
+        """The most GPUs an elastic policy should give the job: its table's largest measured count (and no more
+        GPUs than samples per batch); its trace count when it has no table."""
+        if gpu_code < 0 or not self.has_table(job, gpu_code):
+            return int(self.trace_gpus[job])
+        table = self.sources[gpu_code][1][self.key[gpu_code][job]]
+        batch = self.batch[job] if table.batch_sizes[0] > 0 else None
+        top = table.max_measured_count(batch)
+        return int(min(top, self.batch[job])) if self.batch[job] > 0 else int(top)
 
     def gpu_load(self, job: int, gpu_code: int, setting: GpuSetting) -> float:
         """Utilisation the job adds to each of its GPUs, times its setting's dynamic-power scale."""
@@ -72,25 +219,46 @@ class PerformanceModel:
 
     def slicing_utilisation(self, job: int) -> float:
         """The job's solo GPU utilisation, which time-slicing divides among co-runners."""
-        return float(self.job_load[job])
+        return float(self.util[job])
 
     def shared_factor(self, job: int, gpu_code: int, co_runners: Sequence[Sequence[int]]) -> float:
         """Speed relative to running alone, given the other jobs on each of its GPUs (synchronous training runs
-        at the pace of its slowest GPU). Time-slicing: on a GPU whose jobs' utilisations sum to U > 1, each gets
-        1/U of its solo speed."""
+        at the pace of its slowest GPU). A pair of one-GPU jobs measured by Gavel runs at the measured pair
+        throughputs; otherwise time-slicing: on a GPU whose jobs' utilisations sum to U > 1, each gets 1/U of
+        its solo speed."""
         factor = 1.0
         own = self.slicing_utilisation(job)
         for others in co_runners:
             if not others:
+                continue
+            measured = self._pair_factor(job, gpu_code, others)
+            if measured is not None:
+                factor = min(factor, measured)
                 continue
             total = own + sum(self.slicing_utilisation(k) for k in others)
             if total > 1.0:
                 factor = min(factor, 1.0 / total)
         return factor
 
+    def _pair_factor(self, job: int, gpu_code: int, others: Sequence[int]) -> float | None:
+        if len(others) != 1 or gpu_code < 0 or gpu_code not in self.sources:
+            return None
+        other = others[0]
+        pairs = self.sources[gpu_code][2]
+        keys = self.key[gpu_code]
+        if not pairs or keys[job] is None or keys[other] is None:
+            return None
+        if self.trace_gpus[job] != 1 or self.trace_gpus[other] != 1:
+            return None
+        pair = pairs.get((keys[job], keys[other]))
+        if pair is None:
+            return None
+        solo = self.sources[gpu_code][1][keys[job]].throughput(1)
+        return pair[0] / solo
+
     def memory_gib(self, job: int) -> float:
         """GPU memory the job needs on each GPU (0 when unknown: a fractional pod's quota isolates it)."""
-        return 0.0
+        return float(self.memory[job])
 
     # --- energy ---------------------------------------------------------------------------------------------
     def gpu_power_w(self, job: int, gpu_code: int, setting: GpuSetting) -> float:
@@ -102,7 +270,7 @@ class PerformanceModel:
     def energy_per_unit(
         self, job: int, gpu_code: int, num_gpus: int, nodes: int, switches: int, setting: GpuSetting
     ) -> float:
-        """GPU energy (J) per unit of work (an iteration, or a second of work for a job without a model)."""
+        """GPU energy (J) per unit of work (an iteration, or a second of work for a job without a table)."""
         rate = self.solo_rate(job, gpu_code, num_gpus, nodes, switches, setting)
         return num_gpus * self.gpu_power_w(job, gpu_code, setting) / rate
 
@@ -113,8 +281,73 @@ class PerformanceModel:
         return self.restart.delay_s(num_gpus, same_gpus, float(self.checkpoint_gb[job]))
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "jobs_with_model": int(self.modelled.sum()),
-            "work_unit": "iterations for jobs with a model, seconds at full speed otherwise",
+        out: dict[str, Any] = {
+            "jobs_with_table": int(self.modelled.sum()),
+            "tables": {self.spec.gpu_models[c]: src[0] for c, src in self.sources.items()},
+            "work_unit": "iterations for jobs with a table, seconds at full speed otherwise",
             **self.restart.describe(),
         }
+        if self.assigned.any():
+            out["model_assignment"] = {
+                "rule": ASSIGNMENT_RULE,
+                "jobs_assigned": int(self.assigned.sum()),
+                "per_model": dict(sorted(self.assignment_counts.items())),
+            }
+        return out
+
+
+def _main_code(spec: ClusterSpec) -> int:
+    """The GPU model with the most GPUs (the one work is defined on)."""
+    totals = np.bincount(
+        spec.gpu_model_code[spec.gpu_model_code >= 0], weights=spec.gpu_count[spec.gpu_model_code >= 0]
+    )
+    return int(np.argmax(totals)) if totals.size else 0
+
+
+def _resolve(jobs: JobTable, tables: dict[str, ScalingTable]) -> np.ndarray:
+    """Per job, the key of its model's table: the exact name, else the same normalised name (for a Gavel family
+    with several batch sizes: the one matching the job's batch, else the smallest)."""
+    by_norm: dict[str, list[str]] = {}
+    for key in tables:
+        by_norm.setdefault(normalise(key), []).append(key)
+    names = np.asarray(jobs.model_name, dtype=object).astype(str)
+    out = np.full(len(jobs), None, dtype=object)
+    uniq, inv = np.unique(names, return_inverse=True)
+    for u, name in enumerate(uniq.tolist()):
+        if not name:
+            continue
+        rows = np.flatnonzero(inv == u)
+        if name in tables:
+            out[rows] = name
+            continue
+        cands = by_norm.get(normalise(name))
+        if not cands:
+            continue
+        by_batch = {parse_gavel_type(k)[1]: k for k in cands}
+        smallest = by_batch[min(by_batch)]
+        for j in rows.tolist():
+            out[j] = by_batch.get(int(jobs.batch_size[j]), smallest)
+    return out
+
+
+def _assign(jobs: JobTable, spec: ClusterSpec, sources, keys, rng: np.random.Generator):
+    """Give every GPU job without a table a model from the main GPU type's tables (ASSIGNMENT_RULE)."""
+    code = _main_code(spec)
+    tables = sources[code][1]
+    need = np.array([k is None for k in keys[code]], dtype=bool) & (jobs.num_gpu > 0)
+    names = sorted(tables)
+    reach = np.array([tables[m].max_measured_count() for m in names])
+    model_name = np.asarray(jobs.model_name, dtype=object).copy()
+    batch = jobs.batch_size.copy()
+    counts: dict[str, int] = {}
+    for j in np.flatnonzero(need).tolist():
+        ok = [i for i, r in enumerate(reach) if r >= jobs.num_gpu[j]] or list(range(len(names)))
+        name = names[ok[int(rng.integers(len(ok)))]]
+        table = tables[name]
+        rows = table.batch_sizes
+        model_name[j] = name
+        batch[j] = int(rows[int(rng.integers(len(rows)))]) if rows[0] > 0 else 0
+        counts[name] = counts.get(name, 0) + 1
+    from dataclasses import replace
+
+    return replace(jobs, model_name=model_name, batch_size=batch), need, counts

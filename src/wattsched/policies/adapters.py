@@ -144,6 +144,7 @@ class RoundScheduler(Scheduler):
         round_s: float,
         on_arrival: bool | None = None,
         on_completion: bool | None = None,
+        setting_rule: SettingRule | None = None,
     ):
         if not (round_s > 0 and math.isfinite(round_s)):
             raise ValueError(f"round_s must be a positive number of seconds, got {round_s}")
@@ -152,12 +153,15 @@ class RoundScheduler(Scheduler):
         self.round_s = float(round_s)
         self.decide_on_arrival = policy.decide_on_arrival if on_arrival is None else bool(on_arrival)
         self.decide_on_release = policy.decide_on_completion if on_completion is None else bool(on_completion)
+        self.setting_rule = setting_rule
         self.rounds = 0
         self.decisions = 0
         self._origin = 0.0
 
     def bind(self, ctx: BindContext) -> None:
         self.policy.bind(ctx)
+        self._model_names = ctx.spec.gpu_models
+        self._model_code = ctx.spec.gpu_model_code
 
     def on_start(self, view: ClusterView, actions: Actions) -> None:
         self._origin = view.now
@@ -180,9 +184,22 @@ class RoundScheduler(Scheduler):
     def decide(self, view: ClusterView, actions: Actions) -> None:
         self.decisions += 1
         decision = self.policy.allocate(view)
+        if self.setting_rule is not None:
+            decision = self._with_rule_settings(decision)
         apply_decision(view, actions, decision, self.policy.name)
         if decision.wake_at is not None:
             actions.wake_at(float(decision.wake_at), lambda v, a: self.decide(v, a))
+
+    def _with_rule_settings(self, decision: Decision) -> Decision:
+        """The run's static or energy-optimal setting for every job the policy leaves at the default one."""
+        assign = dict(decision.assign)
+        for job, target in assign.items():
+            if target.setting == DEFAULT_SETTING and target.placement and target.placement[0][1]:
+                code = int(self._model_code[target.placement[0][0]])
+                if code >= 0:
+                    setting = self.setting_rule.setting_for(self._model_names[code])
+                    assign[job] = Target(target.placement, target.share_milli, setting)
+        return Decision(decision.keep, assign, decision.reject, decision.wake_at, decision.save_on_stop)
 
     def describe(self) -> dict[str, Any]:
         info = policy_info(self.policy)
@@ -223,7 +240,7 @@ def apply_decision(view: ClusterView, actions: Actions, decision: Decision, poli
         if assign:
             listed[np.fromiter(assign, dtype=np.int64, count=len(assign))] = True
         for job in running[~listed[running]].tolist():
-            actions.stop(job)
+            actions.stop(job, save=decision.save_on_stop)
     for job in decision.reject:
         if status[job] != STATUS_PENDING:
             raise InvalidDecision(policy, str(ids[job]), "rejects a job that is not pending")

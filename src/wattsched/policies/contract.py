@@ -64,13 +64,15 @@ class Decision:
     ``keep``: running jobs left exactly as they are (cheap to say for hundreds of jobs); ``assign``: jobs to start,
     or running jobs to move, resize or retune; running jobs in neither are stopped (checkpointed, back to the queue);
     pending jobs in neither stay queued. ``reject``: pending jobs refused for good (counted as dropped).
-    ``wake_at``: ask for another decision at that time (in addition to rounds).
+    ``wake_at``: ask for another decision at that time (in addition to rounds). ``save_on_stop``: the stopped
+    jobs are suspended with their state saved (Gandiva's suspend), so they lose no progress.
     """
 
     keep: np.ndarray | Sequence[int] = ()
     assign: Mapping[int, Target] = field(default_factory=dict)
     reject: Sequence[int] = ()
     wake_at: float | None = None
+    save_on_stop: bool = False  # stopped jobs save their state as they stop (a suspend): no progress lost
 
 
 class ClusterView(Protocol):
@@ -104,6 +106,9 @@ class ClusterView(Protocol):
 
     def target(self, job: int) -> Target | None:
         """What a running job holds now (placement, share, setting); None when it holds nothing."""
+
+    def previous_placement(self, job: int) -> Placement | None:
+        """What the job held the last time it ran (None if it never ran)."""
 
     def remaining_work(self, jobs: np.ndarray) -> np.ndarray: ...
 

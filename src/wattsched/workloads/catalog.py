@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..core.errors import UnknownNameError
 from ..data.registry import locate
+from .pollux import read_pollux_workload
 from .traces import (
     read_alibaba_pods,
     read_gavel,
@@ -39,12 +40,17 @@ GAVEL_PHYSICAL = (
 GAVEL_THROUGHPUTS = "simulation_throughputs.json"
 
 
+POLLUX_SETS = {"pollux": "workloads", "pollux-0.5": "workloads-0.5", "pollux-1.5": "workloads-1.5",
+               "pollux-2.0": "workloads-2.0"}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class _Entry:
     dataset: str
     relpath: str
     reader: Callable[..., LoadedWorkload]
     gavel: bool = False
+    needs_data_dir: bool = False  # the reader loads other dataset files (e.g. throughput tables)
 
 
 def _entries() -> dict[str, _Entry]:
@@ -53,6 +59,11 @@ def _entries() -> dict[str, _Entry]:
         out[f"alibaba-v2023/{lst}"] = _Entry(
             "alibaba-gpu-v2023", f"csv/openb_pod_list_{lst}.csv", read_alibaba_pods
         )
+    for prefix, folder in POLLUX_SETS.items():
+        for k in range(1, 9):
+            out[f"{prefix}/workload-{k}"] = _Entry(
+                "philly-pollux", f"{folder}/workload-{k}.csv", read_pollux_workload, needs_data_dir=True
+            )
     out["tiresias/60_job"] = _Entry("tiresias-traces", "60_job.csv", read_tiresias)
     out["tiresias/480_job_trace"] = _Entry("tiresias-traces", "480_job_trace.csv", read_tiresias)
     out["tiresias/hyperdrive"] = _Entry("tiresias-traces", "philly_hyperdrive_workload.csv", read_hyperdrive)
@@ -87,4 +98,6 @@ def load_workload(
         throughputs = locate(entry.dataset, GAVEL_THROUGHPUTS, data_dir)
         user = name.rsplit("/", 1)[1] if name.startswith("gavel/msr/") else None
         return read_gavel(path, throughputs, skip_invalid=skip_invalid, source=name, user=user)
+    if entry.needs_data_dir:
+        return entry.reader(path, skip_invalid=skip_invalid, source=name, data_dir=data_dir)
     return entry.reader(path, skip_invalid=skip_invalid, source=name)

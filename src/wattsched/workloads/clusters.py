@@ -24,8 +24,8 @@ from ..core.errors import InputError, UnknownNameError
 from ..core.gpus import GPU_CATALOG, gpu_model
 from ..data.registry import is_available, locate
 from .synthetic import default_cluster
-from .traces import read_table, require_columns
-from .validate import RowValidator, check_non_negative, is_missing
+from .traces import read_table, read_text_bytes, require_columns
+from .validate import RowValidator, check_non_negative, is_missing, one_line
 
 ALIBABA_DATASET = "alibaba-gpu-v2023"
 ALIBABA_NODE_FILES = {
@@ -65,6 +65,8 @@ PHILLY_MEMORY_MIB = 524_288
 PHILLY_NODES_PER_SWITCH = 32
 PHILLY_PEAK_GPUS = 1243  # peak concurrent GPU demand of philly.csv if every job started at submission
 
+MAX_NODES = 1_000_000  # guards against a typo such as `count: 1000000000` exhausting memory
+
 
 def spec_names() -> list[str]:
     seen: dict[str, None] = {}
@@ -91,6 +93,8 @@ def load_cluster(name_or_path: str, data_dir: str | Path | None = None) -> Clust
     m = _SPEC_RE.match(name)
     if m and m.group(1) in spec_names():
         return load_spec_cluster(m.group(1), gpu_model_name=m.group(2), data_dir=data_dir)
+    if name and Path(name).is_dir():
+        raise InputError(name, None, None, "is a directory, expected a cluster name or a cluster YAML file")
     raise UnknownNameError("cluster", name, [*cluster_names(), "nXgY@MODEL", "PATH.yaml"])
 
 
@@ -188,6 +192,7 @@ def read_spec_csv(
     v.finish(skip_invalid=False)
     switches, per_switch, gpus, cores, mem_gb = (int(vals[c][0]) for c in cols)
     n = switches * per_switch
+    _check_size(path, n)
     notes = [
         f"spec {path.parent.parent.name}/{path.parent.name}/{path.name}: {switches} switch(es) x "
         f"{per_switch} nodes, {gpus} GPUs, {cores} CPU cores, {mem_gb} GB per node (GB read as GiB)"
@@ -229,7 +234,7 @@ class NodeGroup(BaseModel):
     @classmethod
     def _known_model(cls, v: str | None) -> str | None:
         if v is not None and v not in GPU_CATALOG:
-            raise ValueError(f"unknown GPU model '{v}' (known: {', '.join(sorted(GPU_CATALOG))})")
+            raise ValueError(f"unknown GPU model {v!r} (known: {', '.join(sorted(GPU_CATALOG))})")
         return v
 
     @model_validator(mode="after")
@@ -249,17 +254,18 @@ class ClusterFile(BaseModel):
 
 def load_cluster_yaml(path: str | Path) -> ClusterSpec:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, None, None, "file not found") from None
+    text = read_text_bytes(path, "a cluster YAML file").decode("utf-8")
     try:
         root = yaml.compose(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise InputError(path, line, None, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+        problem = one_line(", ".join(p for p in parts if p) or str(exc))
+        raise InputError(path, line, None, f"invalid YAML: {problem}") from None
+    except RecursionError:
+        raise InputError(path, None, None, "invalid YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputError(path, 1, None, "expected a mapping with keys name, node_groups")
     try:
@@ -267,12 +273,18 @@ def load_cluster_yaml(path: str | Path) -> ClusterSpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
-        field = _loc_text(loc) or None
-        raise InputError(path, _yaml_line(root, loc), field, err["msg"]) from None
+        field = one_line(_loc_text(loc)) or None
+        raise InputError(path, _yaml_line(root, loc), field, one_line(err["msg"])) from None
     return _cluster_from_config(cfg, path)
 
 
+def _check_size(path: Path, nodes: int) -> None:
+    if nodes > MAX_NODES:
+        raise InputError(path, None, None, f"{nodes:,} nodes is more than the {MAX_NODES:,} supported")
+
+
 def _cluster_from_config(cfg: ClusterFile, path: Path) -> ClusterSpec:
+    _check_size(path, sum(g.count for g in cfg.node_groups))
     names, cpu, mem, gpus, models, switch = [], [], [], [], [], []
     next_switch = 0
     for gi, g in enumerate(cfg.node_groups):

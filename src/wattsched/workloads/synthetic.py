@@ -21,8 +21,12 @@ DEFAULT_MODELS = ("resnet50", "bert", "gpt2", "vgg16", "deepspeech2", "inception
 class SyntheticConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    num_jobs: int = Field(2000, ge=1, description="number of jobs to generate")
-    arrival: Literal["poisson", "bursty"] = "poisson"
+    num_jobs: int = Field(
+        2000, ge=1, description="synthetic workload: number of jobs", json_schema_extra={"cli": "--jobs"}
+    )
+    arrival: Literal["poisson", "bursty"] = Field(
+        "poisson", description="synthetic workload: poisson | bursty"
+    )
     mean_interarrival_s: float = Field(120.0, gt=0)
     burst_amplitude: float = Field(0.9, ge=0, lt=1, description="bursty: relative diurnal swing of the rate")
     burst_period_s: float = Field(86400.0, gt=0)

@@ -3,13 +3,17 @@ and the generic wattsched CSV schema (``docs/data-formats.md``).
 
 Every reader returns a :class:`LoadedWorkload` whose submit times are re-based so that the earliest submission
 is 0 s, whose ``source_line`` holds the 1-based file line of each job (header = line 1), and whose ``notes``
-list the assumptions made. All parsing is vectorised with pandas/numpy.
+list the assumptions made. All parsing is vectorised with pandas/numpy. Before parsing, :func:`read_table`
+checks that every non-blank row has as many fields as the header, in time linear in the file size (numpy
+over the raw bytes; the csv module when the file has quoted fields), so that a malformed row is an
+:class:`InputError` naming its line instead of a shifted or padded row.
 """
 
 from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import re
 from functools import cache
@@ -22,6 +26,7 @@ from ..core.cluster import MILLI
 from ..core.errors import InputError
 from ..core.jobs import JobTable
 from .validate import (
+    INT64_LIMIT,
     LoadedWorkload,
     RowValidator,
     check_gpu_request,
@@ -29,6 +34,7 @@ from .validate import (
     check_times,
     is_missing,
     normalise_gpu_spec,
+    one_line,
     parse_job_class,
 )
 
@@ -43,6 +49,9 @@ GAVEL_PHYSICAL_FIELDS = (
     "job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
     "scale_factor", "priority_weight", "SLO", "arrival_time",
 )  # fmt: skip
+
+_WHITESPACE = " \t\r\n\v\f"  # what bytes.strip() removes; a line of only these is blank
+_SPACE = np.frombuffer(_WHITESPACE.encode(), dtype=np.uint8)
 
 GENERIC_REQUIRED = ("job_id", "submit_time", "duration", "num_gpu")
 GENERIC_OPTIONAL = (
@@ -60,18 +69,33 @@ def read_table(
     names: tuple[str, ...] | None = None,
     skipinitialspace: bool = False,
     quoting: int = csv.QUOTE_MINIMAL,
+    data: bytes | None = None,
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """Read a delimited file as text columns; return the frame and each row's 1-based file line.
 
-    With ``names`` the file has no header (first data row = line 1). Blank rows are dropped; line numbers
-    assume that no quoted field spans several lines.
+    With ``names`` the file has no header (first data row = line 1). Every non-blank row must have as many
+    fields as the header (or ``names``); blank rows are dropped. ``data`` is the file's content when the caller
+    has already read it with :func:`read_text_bytes`.
     """
     path = Path(path)
+    if data is None:
+        data = read_text_bytes(path)
+    if not data or data.isspace():
+        raise InputError(path, 1, None, "file is empty")
+    quoted = quoting != csv.QUOTE_NONE and b'"' in data
+    expected = len(names) if names else None
+    if quoted:
+        row_lines = _check_fields_quoted(path, data, sep, expected, skipinitialspace)
+    else:
+        _check_fields_plain(path, data, sep, expected)
+        row_lines = None
     try:
         df = pd.read_csv(
-            path,
+            io.BytesIO(data),
             sep=sep,
             header=None if names else 0,
+            names=list(names) if names else None,  # not inferred from a (possibly blank) first line
+            index_col=False,
             dtype=str,
             keep_default_na=False,
             skip_blank_lines=False,
@@ -79,17 +103,22 @@ def read_table(
             quoting=quoting,
             engine="c",
         )
-    except FileNotFoundError:
-        raise InputError(path, None, None, "file not found") from None
     except pd.errors.EmptyDataError:
         raise InputError(path, 1, None, "file is empty") from None
     except pd.errors.ParserError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        raise InputError(path, int(m.group(1)) if m else None, None, f"malformed row: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, None, None, f"not UTF-8 text: {exc}") from None
+        text = one_line(str(exc))
+        m = re.search(r"line (\d+)", text)
+        line = int(m.group(1)) if m else None
+        m = re.search(r"starting at row (\d+)", text)
+        if m and row_lines is not None and int(m.group(1)) < len(row_lines):
+            line = row_lines[int(m.group(1))]
+            text = "a quoted field is never closed (missing '\"')"
+        raise InputError(path, line, None, f"malformed row: {text}") from None
     first = 1 if names else 2
-    lines = np.arange(first, first + len(df), dtype=np.int64)
+    if row_lines is not None and len(row_lines) == len(df) + first - 1:
+        lines = np.asarray(row_lines[first - 1 :], dtype=np.int64)  # quoted fields may span lines
+    else:
+        lines = np.arange(first, first + len(df), dtype=np.int64)
     if names:
         if df.shape[1] != len(names):
             raise InputError(
@@ -107,10 +136,122 @@ def read_table(
     return df, lines
 
 
+def read_text_bytes(path: str | Path, expected: str = "a CSV file") -> bytes:
+    """The bytes of a UTF-8 text file, or an :class:`InputError` saying why it cannot be one."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, None, None, "file not found") from None
+    except IsADirectoryError:
+        raise InputError(path, None, None, f"is a directory, expected {expected}") from None
+    except OSError as exc:
+        if path.is_dir():
+            raise InputError(path, None, None, f"is a directory, expected {expected}") from None
+        reason = one_line(exc.strerror or str(exc)).lower()
+        raise InputError(path, None, None, f"cannot read the file: {reason}") from None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, _line_at(data, exc.start), None, f"not UTF-8 text: {exc}") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise InputError(path, _line_at(data, nul), None, "contains a NUL byte: not a text file")
+    return data
+
+
+def _line_at(data: bytes, offset: int) -> int:
+    """1-based line of a byte offset; line breaks are \\n, \\r\\n and a lone \\r (as pandas counts them)."""
+    head = data[:offset]
+    return head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
+
+
+def _field_count_error(path: Path, line: int, sep: str, expected: int, found: int) -> InputError:
+    what = "field" if expected == 1 else "fields"
+    how = "" if sep == "," else f" separated by {sep!r}"
+    return InputError(path, line, None, f"expected {expected} {what}{how}, found {found}")
+
+
+def _check_fields_plain(path: Path, data: bytes, sep: str, expected: int | None) -> None:
+    """Field counts of a file without quoted fields: one row per line, fields = separators + 1.
+
+    Vectorised over the bytes (linear time); raises for the first non-blank line whose count differs from
+    ``expected`` (the header's count when None).
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)  # each line's terminator (\n, or the \n of \r\n)
+    if b"\r" in data:
+        lone_cr = buf == 13
+        lone_cr[:-1] &= buf[1:] != 10
+        ends = np.union1d(ends, np.flatnonzero(lone_cr))
+    if ends.size == 0 or ends[-1] != len(data) - 1:
+        ends = np.append(ends, len(data))  # last line without a terminator
+    seps = np.flatnonzero(buf == ord(sep))
+    counts = np.diff(np.searchsorted(seps, ends), prepend=0) + 1
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    if expected is None:
+        if not data[starts[0] : ends[0]].strip():
+            raise InputError(path, 1, None, "the header line is empty (expected column names)")
+        expected = int(counts[0])
+    odd = np.flatnonzero(counts != expected)
+    size = ends[odd] - starts[odd]
+    odd = odd[(size > 1) | ((size == 1) & ~np.isin(buf[np.minimum(starts[odd], len(buf) - 1)], _SPACE))]
+    for i in odd:  # blank lines (empty, or only whitespace) are allowed whatever their count
+        if data[starts[i] : ends[i]].strip():
+            raise _field_count_error(path, int(i) + 1, sep, expected, int(counts[i]))
+
+
+def _check_fields_quoted(
+    path: Path, data: bytes, sep: str, expected: int | None, skipinitialspace: bool
+) -> list[int]:
+    """Field counts of a file with quoted fields (which may hold separators and line breaks).
+
+    Returns the first file line of every row (blank rows included), in file order.
+    """
+    reader = csv.reader(
+        io.StringIO(data.decode("utf-8"), newline=""),
+        delimiter=sep,
+        quotechar='"',
+        doublequote=True,
+        skipinitialspace=skipinitialspace,
+        strict=False,
+    )
+    row_lines: list[int] = []
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(data) + 1))  # pandas has no field size limit
+    try:
+        end = 0
+        for row in reader:
+            line = end + 1
+            end = reader.line_num
+            row_lines.append(line)
+            n = len(row)
+            if n == expected:
+                continue
+            if expected is None and line == 1:
+                if n == 0 or (n == 1 and not row[0].strip(_WHITESPACE)):
+                    raise InputError(path, 1, None, "the header line is empty (expected column names)")
+                expected = n
+                continue
+            if n == 0 or (all(not c.strip(_WHITESPACE) for c in row) and (n == 1 or sep in _WHITESPACE)):
+                continue  # blank line
+            message = _field_count_error(path, line, sep, expected or 0, n).message
+            if reader.line_num > line:  # the row ran over several lines: likely an unclosed quote
+                message += f" (row runs to line {reader.line_num}: is a closing '\"' missing?)"
+            raise InputError(path, line, None, message)
+    except csv.Error as exc:
+        raise InputError(
+            path, reader.line_num or None, None, f"malformed row: {one_line(str(exc))}"
+        ) from None
+    finally:
+        csv.field_size_limit(limit)
+    return row_lines
+
+
 def require_columns(df: pd.DataFrame, path: str | Path, columns) -> None:
     for col in columns:
         if col not in df.columns:
-            found = ", ".join(df.columns)
+            found = one_line(", ".join(df.columns))
             raise InputError(path, 1, col, f"missing required column (found: {found})")
 
 
@@ -259,7 +400,7 @@ def read_philly(
         "requested per GPU (assumption, matching the philly cluster's node shape)",
         "user = Philly virtual cluster (cluster column); gpu_time ignored (= duration x num_gpus)",
     ]
-    safe = np.nan_to_num(num)
+    safe = np.where(np.isfinite(num), num, 0)  # bad rows (NaN, inf) are flagged above
     return _finish(
         v, skip_invalid, path, source or "philly", notes, epoch_times=True,
         job_id=_ids("philly-", lines, 2), submit_s=ts, duration_s=duration, num_gpu=num, gpu_milli=milli,
@@ -345,8 +486,10 @@ def gavel_throughputs(path: str | Path, worker_type: str = "v100") -> dict[str, 
         tables = _throughput_tables(str(path), path.stat().st_mtime_ns)
     except FileNotFoundError:
         raise InputError(path, None, None, "file not found") from None
-    except (ValueError, SyntaxError) as exc:
-        raise InputError(path, None, None, f"cannot read throughputs: {exc}") from None
+    except IsADirectoryError:
+        raise InputError(path, None, None, "is a directory, expected a throughputs JSON file") from None
+    except (ValueError, SyntaxError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+        raise InputError(path, None, None, f"cannot read throughputs: {one_line(str(exc))}") from None
     if worker_type not in tables:
         raise InputError(
             path, None, None, f"no worker type '{worker_type}' (have: {', '.join(sorted(tables))})"
@@ -368,8 +511,9 @@ def read_gavel(
     alone.
     """
     path = Path(path)
-    fields = _gavel_layout(path)
-    df, lines = read_table(path, sep="\t", names=fields, quoting=csv.QUOTE_NONE)
+    data = read_text_bytes(path, "a Gavel .trace file")
+    fields = _gavel_layout(path, data)
+    df, lines = read_table(path, sep="\t", names=fields, quoting=csv.QUOTE_NONE, data=data)
     v = RowValidator(path, lines)
     job_type = _text(df["job_type"])
     v.flag(is_missing(df["job_type"]), "job_type", "missing value")
@@ -381,7 +525,8 @@ def read_gavel(
     table = gavel_throughputs(throughputs_path, worker_type)
 
     # Throughput per distinct (job type, scale factor): a few dozen pairs, not one per row.
-    pairs = pd.DataFrame({"t": job_type, "s": np.nan_to_num(scale, nan=0).astype(np.int64)})
+    whole = np.isfinite(scale) & (np.abs(scale) < INT64_LIMIT)  # other rows are flagged above
+    pairs = pd.DataFrame({"t": job_type, "s": np.where(whole, scale, 0).astype(np.int64)})
     codes, uniq = pd.factorize(pd.MultiIndex.from_frame(pairs))
     rate = np.full(len(uniq), np.nan)
     extrapolated = np.zeros(len(uniq), dtype=bool)
@@ -426,13 +571,10 @@ def read_gavel(
     )  # fmt: skip
 
 
-def _gavel_layout(path: Path) -> tuple[str, ...]:
+def _gavel_layout(path: Path, data: bytes) -> tuple[str, ...]:
     """Pick the 7- or 10-field layout from the first non-empty line."""
-    try:
-        with path.open(encoding="utf-8") as fh:
-            first = next((line for line in fh if line.strip()), "")
-    except FileNotFoundError:
-        raise InputError(path, None, None, "file not found") from None
+    lines = enumerate(io.StringIO(data.decode("utf-8"), newline=None), start=1)
+    number, first = next(((i, line) for i, line in lines if line.strip(_WHITESPACE)), (1, ""))
     n = len(first.rstrip("\r\n").split("\t"))
     if n == len(GAVEL_MSR_FIELDS):
         return GAVEL_MSR_FIELDS
@@ -441,7 +583,7 @@ def _gavel_layout(path: Path) -> tuple[str, ...]:
     if not first:
         raise InputError(path, 1, None, "file is empty")
     raise InputError(
-        path, 1, None, f"expected 7 (msr) or 10 (physical_cluster) tab-separated fields, found {n}"
+        path, number, None, f"expected 7 (msr) or 10 (physical_cluster) tab-separated fields, found {n}"
     )
 
 
@@ -459,7 +601,7 @@ def read_generic_csv(
     for col in df.columns:
         if col not in known:
             valid = ", ".join((*GENERIC_REQUIRED, *GENERIC_OPTIONAL))
-            raise InputError(path, 1, col, f"unknown column (valid: {valid})")
+            raise InputError(path, 1, one_line(col), f"unknown column (valid: {valid})")
     v = RowValidator(path, lines)
     n = len(df)
     ids = _text(df["job_id"])

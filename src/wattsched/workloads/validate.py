@@ -7,6 +7,7 @@ bad row and reports how many were dropped, with a few example messages. No rule 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,16 @@ from ..core.gpus import GPU_CATALOG
 from ..core.jobs import INFERENCE, JOB_CLASSES, TRAINING, JobTable
 
 MAX_EXAMPLES = 5
+INT64_LIMIT = 2.0**63  # integer columns are stored as int64
+
+_LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]\s*")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line: line breaks become spaces, other control characters are escaped."""
+    text = _LINE_BREAKS.sub(" ", str(text).strip())
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass
@@ -88,8 +99,10 @@ class RowValidator:
             self.flag(missing, field, "missing value")
         parsed = np.where(missing, default, parsed)
         if integer:
-            frac = np.isfinite(parsed) & (parsed != np.round(parsed))
+            frac = np.isinf(parsed) | (np.isfinite(parsed) & (parsed != np.round(parsed)))
             self.flag(frac, field, "{value!r} is not an integer", raw_s.to_numpy())
+            huge = np.isfinite(parsed) & (np.abs(parsed) >= INT64_LIMIT)
+            self.flag(huge, field, "{value!r} is out of range", raw_s.to_numpy())
         return parsed
 
     def timestamp(self, raw, field: str, *, fmt: str = "ISO8601", required: bool = True) -> np.ndarray:
@@ -111,9 +124,8 @@ class RowValidator:
         for rule in self._rules:
             if rule.mask[row]:
                 value = None if rule.values is None else rule.values[row]
-                return InputError(
-                    self.path, int(self.lines[row]), rule.field, rule.template.format(value=value)
-                )
+                message = one_line(rule.template.format(value=value))
+                return InputError(self.path, int(self.lines[row]), rule.field, message)
         raise AssertionError("row is not flagged")
 
     def finish(self, skip_invalid: bool) -> tuple[np.ndarray, int, list[str]]:
@@ -129,8 +141,16 @@ class RowValidator:
 
 
 def _epoch_seconds(ts: pd.Series) -> np.ndarray:
-    """Seconds since 1970-01-01 UTC as float64; NaT -> NaN. Works for any datetime64 resolution."""
-    delta = ts - pd.Timestamp(0, tz="UTC")
+    """Seconds since 1970-01-01 UTC as float64; NaT -> NaN. Works for any datetime64 resolution.
+
+    Instants outside the nanosecond range (years 1677..2262; e.g. ``-1`` read as year -1) become NaN.
+    """
+    epoch = pd.Timestamp(0, tz="UTC")
+    try:
+        delta = ts - epoch
+    except (OverflowError, pd.errors.OutOfBoundsDatetime):
+        lo, hi = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
+        delta = ts.where((ts >= lo) & (ts <= hi)) - epoch
     return delta.dt.total_seconds().to_numpy(dtype=np.float64, na_value=np.nan)
 
 

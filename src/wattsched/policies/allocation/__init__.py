@@ -1,0 +1,6 @@
+"""Allocation policies (decide every round what every job holds); importing this package registers them."""
+
+from . import gandiva as _gandiva  # noqa: F401
+from . import optimus as _optimus  # noqa: F401
+from . import tiresias as _tiresias  # noqa: F401
+from . import zeus as _zeus  # noqa: F401

@@ -1,0 +1,187 @@
+"""Tools for allocation policies: plan a round on a scratch copy of the cluster state, then hand back a Decision.
+
+A :class:`Plan` starts from the present (every running job where it is). The policy releases the jobs it wants
+to stop or move, places jobs with any placement policy, and :meth:`Plan.decision` lists what is kept and what is
+assigned. Nothing here touches the backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..core.cluster import MILLI
+from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
+from .base import PLACEMENT_POLICIES, JobRequest, Placement, PlacementPolicy, gpus_best
+from .contract import ClusterView, Decision, Target
+
+
+def job_gpu_codes(ctx) -> np.ndarray:
+    """Per job, the GPU model code of the first node it may use (-1 if none): the GPU type a policy plans for."""
+    from .requests import RequestBook
+
+    book = RequestBook.build(ctx.jobs, ctx.spec)
+    first = np.array(
+        [int(np.argmax(m)) if m.any() else -1 for m in book.node_mask_by_spec], dtype=np.int64
+    )  # per GPU-spec class
+    node = first[book.spec_id]
+    return np.where(node >= 0, ctx.spec.gpu_model_code[np.maximum(node, 0)], -1)
+
+
+def resized_request(view: ClusterView, req: JobRequest, num_gpu: int) -> JobRequest:
+    """The job's request at another GPU count: CPU and memory scale with the GPUs; a gang if no single eligible
+    node has that many GPUs."""
+    if num_gpu == req.num_gpu:
+        return req
+    per_cpu = req.cpu_milli / max(req.num_gpu, 1)
+    per_mem = req.memory_mib / max(req.num_gpu, 1)
+    eligible = view.spec.gpu_count[req.node_mask]
+    biggest = int(eligible.max()) if eligible.size else 0
+    return replace(
+        req,
+        num_gpu=num_gpu,
+        gpu_milli=MILLI if num_gpu > 1 else req.gpu_milli,
+        cpu_milli=int(per_cpu * num_gpu),
+        memory_mib=int(per_mem * num_gpu),
+        gang=num_gpu > biggest,
+    )
+
+
+def on_same_gpus(view: ClusterView, job: int, placement: Placement) -> Placement:
+    """`placement`'s GPUs with `job`'s own CPU and memory request, split over nodes by their GPU counts."""
+    req = view.request(job)
+    total = sum(len(g) for _, g, _, _ in placement) or 1
+    out, cpu_left, mem_left = [], req.cpu_milli, req.memory_mib
+    for k, (node, gpus, _, _) in enumerate(placement):
+        last = k == len(placement) - 1
+        cpu = cpu_left if last else int(req.cpu_milli * len(gpus) / total)
+        mem = mem_left if last else int(req.memory_mib * len(gpus) / total)
+        cpu_left -= cpu
+        mem_left -= mem
+        out.append((node, gpus, cpu, mem))
+    return tuple(out)
+
+
+class Plan:
+    """A round's plan: a scratch state that starts with every running job where it is."""
+
+    def __init__(self, view: ClusterView):
+        self.view = view
+        self.state = view.state.copy()
+        self.assign: dict[int, Target] = {}
+        self.released: set[int] = set()
+
+    def release(self, job: int) -> None:
+        """Free what a running job holds (it will be stopped unless assigned again)."""
+        target = self.view.target(job)
+        if target is None or job in self.released:
+            return
+        for node, gpus, cpu, mem in target.placement:
+            self.state.release(node, gpus, target.share_milli, cpu, mem)
+        self.released.add(job)
+
+    def restore(self, job: int) -> bool:
+        """Undo `release` if what the job held is still free in the plan (then it simply keeps running)."""
+        if job not in self.released:
+            return True
+        target = self.view.target(job)
+        if not self.is_free(target.placement, target.share_milli):
+            return False
+        for node, gpus, cpu, mem in target.placement:
+            self.state.allocate(node, gpus, target.share_milli, cpu, mem)
+        self.released.discard(job)
+        return True
+
+    def is_free(self, placement: Placement, share: int) -> bool:
+        state = self.state
+        for node, gpus, cpu, mem in placement:
+            if not state.available[node] or state.cpu_left[node] < cpu or state.mem_left[node] < mem:
+                return False
+            if any(state.gpu_left[node, g] < share for g in gpus):
+                return False
+        return True
+
+    def take(self, job: int, target: Target) -> None:
+        for node, gpus, cpu, mem in target.placement:
+            self.state.allocate(node, gpus, target.share_milli, cpu, mem)
+        self.assign[job] = target
+
+    def place(
+        self,
+        job: int,
+        placement: PlacementPolicy,
+        num_gpu: int | None = None,
+        setting: GpuSetting = DEFAULT_SETTING,
+    ) -> Placement | None:
+        """Place `job` (at `num_gpu` GPUs if given) with `placement` on the scratch state; None if it fits
+        nowhere now."""
+        req = self.view.request(job)
+        if num_gpu is not None:
+            req = resized_request(self.view, req, num_gpu)
+        found = placement.place(self.state, req)
+        if found is not None:
+            share = req.gpu_milli if req.gpu_milli > 0 else MILLI
+            self.take(job, Target(found, share, setting))
+        return found
+
+    def place_on(self, job: int, previous: Placement, setting: GpuSetting = DEFAULT_SETTING) -> bool:
+        """Put `job` back on exactly `previous` if every GPU, CPU and memory there is free (cheap resume)."""
+        if not self.is_free(previous, MILLI):
+            return False
+        self.take(job, Target(previous, MILLI, setting))
+        return True
+
+    def decision(
+        self, running: np.ndarray, wake_at: float | None = None, reject=(), save_on_stop: bool = False
+    ) -> Decision:
+        """Running jobs neither released nor assigned are kept; released ones not assigned are stopped."""
+        keep = [j for j in running.tolist() if j not in self.released and j not in self.assign]
+        return Decision(np.asarray(keep, dtype=np.int64), self.assign, tuple(reject), wake_at, save_on_stop)
+
+
+@PLACEMENT_POLICIES.register("consolidated")
+class Consolidated(PlacementPolicy):
+    """Tiresias' `yarn` scheme: one node when the job fits on one (the fullest node that fits, ties by rank),
+    else whole free nodes under one switch (the switch with the fewest whole free nodes that suffice)."""
+
+    name = "consolidated"
+    description = (
+        "one node if it fits (fullest first), else whole free nodes under one switch (Tiresias yarn)"
+    )
+
+    def score(self, state, req, nodes):
+        return -state.free_gpus[nodes]  # fullest node that fits
+
+    def place_gang(self, state, req):
+        spec = state.spec
+        whole = req.node_mask & state.available & (state.free_gpus == spec.gpu_count) & (spec.gpu_count > 0)
+        whole &= (state.cpu_left == spec.cpu_milli) & (state.mem_left == spec.memory_mib)
+        nodes = np.flatnonzero(whole)
+        if nodes.size == 0:
+            return None
+        switches = spec.switch_id[nodes]
+        best = None
+        for sw in np.unique(switches).tolist():
+            members = nodes[switches == sw]
+            if int(spec.gpu_count[members].sum()) >= req.num_gpu:
+                key = (int(spec.gpu_count[members].sum()), int(self.rank[members].min()))
+                if best is None or key < best[0]:
+                    best = (key, members)
+        if best is None:
+            return None
+        members = best[1][np.argsort(self.rank[best[1]])]
+        allocs = []
+        remaining = req.num_gpu
+        cpu_left, mem_left = req.cpu_milli, req.memory_mib
+        for node in members.tolist():
+            take = min(int(spec.gpu_count[node]), remaining)
+            remaining -= take
+            cpu = cpu_left if remaining == 0 else int(req.cpu_milli / req.num_gpu * take)
+            mem = mem_left if remaining == 0 else int(req.memory_mib / req.num_gpu * take)
+            cpu_left -= cpu
+            mem_left -= mem
+            allocs.append((node, gpus_best(state.gpu_left[node], take, MILLI), cpu, mem))
+            if remaining == 0:
+                return tuple(allocs)
+        return None
