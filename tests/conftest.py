@@ -148,6 +148,7 @@ def simulate_energy(
     """Run a temporal simulation with a power manager and the energy ledger; invariants checked per event."""
     from wattsched.energy.power_models import POWER_MODELS
     from wattsched.engine.ledger import EnergyLedger
+    from wattsched.engine.meter import PowerMeter
     from wattsched.engine.power import NodePower, PowerStateConfig
     from wattsched.policies.power import power_manager_from_config
 
@@ -163,7 +164,10 @@ def simulate_energy(
         carbon=carbon,
     )
     integrator = StepIntegrator(model, accountant.node_base_w, config.off_power_w)
-    sim = make_sim(jobs, spec, "fifo", placement, seed=0, observers=[accountant, integrator], power=power)
+    meter = PowerMeter(accountant)
+    sim = make_sim(
+        jobs, spec, "fifo", placement, seed=0, observers=[accountant, integrator], power=power, power_meter=meter
+    )
     out = sim.run()
     sim.integrator = integrator
     return sim, out, accountant, power

@@ -140,3 +140,6 @@ def test_power_states_never_host_work_and_ledger_matches_integrator(
     assert accountant.span_s == pytest.approx(sim.now - jobs.submit_s.min())
     # The ledger (rebuilt from the allocation log after the run) against the step-by-step integrator.
     assert_energy_matches(accountant, sim.integrator)
+    # The live meter (replayed incrementally, as policies query it) ends at the ledger's total.
+    raw_total = sum(v for k, v in accountant.energy_j.items() if k != "facility_overhead")
+    assert sim.view.energy_used_j() == pytest.approx(raw_total, rel=1e-9, abs=1e-6)

@@ -1,6 +1,6 @@
 """GPU catalog: memory, idle and max power, SM-clock and power-limit ranges.
 
-Values come from ``docs/energy-models.md`` §2 and the PWR constants (``fgd-pwr.md`` §7.1; Lettich et al.,
+Values come from ``docs/energy-models.md`` §2 and the PWR constants (``docs/fgd-pwr.md`` §7.1; Lettich et al.,
 CCGrid'25, Table II). Where the PWR code models a trace code as another GPU (Alibaba G2 -> A10, G3 -> A100) the
 entry says so in ``modelled_as`` and copies that GPU's power figures. Minimum SM clocks are the lowest supported
 application clocks (spec values, to re-check before publishing).
@@ -29,8 +29,8 @@ class GpuModel:
     source: str = ""
 
 
-_PWR = "PWR constants (fgd-pwr.md §7.1)"
-_SPEC = "datasheet (energy-models.md §2)"
+_PWR = "PWR constants (docs/fgd-pwr.md §7.1)"
+_SPEC = "datasheet (docs/energy-models.md §2)"
 
 GPU_CATALOG: dict[str, GpuModel] = {
     g.name: g

@@ -1,4 +1,4 @@
-"""The PWR "binary" power model (fgd-pwr.md §7.1), vectorised over nodes.
+"""The PWR "binary" power model (docs/fgd-pwr.md §7.1), vectorised over nodes.
 
 Lettich et al., CCGrid'25; code ``Fr4nz83/PWR-plugin-kubernetes`` ``pkg/type/resource.go``
 (``GetEnergyConsumptionNode``), reimplemented here:

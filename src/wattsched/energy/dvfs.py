@@ -3,7 +3,7 @@
 Two models (docs/dvfs.md has the equations, fitted values and limitations):
 
 * **Power limits**, fitted from the Zeus NSDI'23 traces (``zeus-power/summary_power_{gpu}.csv``; You et al.,
-  NSDI'23; energy-models.md §4). Every (dataset, network, batch size, optimiser) configuration is normalised to
+  NSDI'23; docs/energy-models.md §4). Every (dataset, network, batch size, optimiser) configuration is normalised to
   its own value at the GPU's maximum power limit; NCF/MovieLens is excluded (not GPU-bound). With
   ``p = PL / PLmax``::
 
@@ -12,7 +12,7 @@ Two models (docs/dvfs.md has the equations, fitted values and limitations):
 
   Parameters and fit quality live in ``dvfs_fit.json`` (written by ``tools/fit_dvfs.py``).
 * **SM / memory clocks**, the HKBU analytic model (Wang et al., IEEE TPDS 2022; code
-  ``HKBU-HPML/GPU-DVFS-Job-Schedule``, reimplemented from the formulas in energy-models.md §5)::
+  ``HKBU-HPML/GPU-DVFS-Job-Schedule``, reimplemented from the formulas in docs/energy-models.md §5)::
 
       t(fc, fm) = t0 + D * (delta/fc + (1 - delta)/fm)
       P(fc, fm) = p0 + gamma*fm + cg * Vc(fc)**2 * fc,      Vc(fc) = 2*(fc - 0.5)**2 + 0.5
@@ -57,7 +57,7 @@ ZEUS_COLUMNS = (
     "time_per_epoch",
     "average_power",
 )
-EXCLUDED_WORKLOADS = (("movielens-1m", "ncf"),)  # not GPU-bound: 34-84 W at any limit (energy-models.md §4)
+EXCLUDED_WORKLOADS = (("movielens-1m", "ncf"),)  # not GPU-bound: 34-84 W at any limit (docs/energy-models.md §4)
 FIT_FILE = "dvfs_fit.json"
 FIT_SCHEMA = 1
 SIGNIFICANT_DIGITS = 12  # stored floats are rounded so the JSON is byte-identical across platforms
@@ -472,7 +472,7 @@ class HkbuParams:
         return (VC_MIN + VC_STEP * np.arange(self.vc_steps)).round(12)  # 1.2, not 1.2000000000000002
 
 
-# Median of HKBU kernel fits (energy-models.md §5): CUDA kernels, not DNN training, measured on consumer GPUs.
+# Median of HKBU kernel fits (docs/energy-models.md §5): CUDA kernels, not DNN training, measured on consumer GPUs.
 HKBU_2070S_MEDIAN = HkbuParams(
     t0=0.065,
     D=0.935,
@@ -568,7 +568,7 @@ def energy_optimal_setting(params: HkbuParams = HKBU_DEFAULT) -> HkbuSetting:
 def theta_adjust(time_bound: float, params: HkbuParams = HKBU_DEFAULT) -> HkbuSetting:
     """Minimum-energy setting with t <= time_bound over the Vc grid.
 
-    A bound below the fastest grid setting is raised to it (t_theta = max(theta t_hat, t_min), energy-models.md
+    A bound below the fastest grid setting is raised to it (t_theta = max(theta t_hat, t_min), docs/energy-models.md
     §5). For each Vc, time falls with fm and E is convex in fm: if fm* meets the bound it is the answer, else the
     least fm that does, fm_need = D (1 - delta) / (bound - t0 - D delta / fc), if fm = 1.2 meets the bound.
     """

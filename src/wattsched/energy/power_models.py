@@ -60,7 +60,7 @@ POWER_MODELS: Registry[PowerModel] = Registry("power model")
 @POWER_MODELS.register("binary")
 class BinaryModel(PowerModel):
     """PWR (Lettich et al., CCGrid'25): a GPU with any allocation draws TDP, a free one idle power; CPU sockets
-    by the PWR code's formula (fgd-pwr.md §7.1)."""
+    by the PWR code's formula (docs/fgd-pwr.md §7.1)."""
 
     name = "binary"
     description = "PWR model: allocated GPU at TDP, free GPU at idle; CPU sockets as the PWR code"

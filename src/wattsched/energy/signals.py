@@ -729,7 +729,7 @@ def align(
     trace_tz: str = "UTC",
     trace_length_s: float | None = None,
 ) -> AlignedSignal:
-    """Map trace time onto `signal`'s year (datasets.md §2.1).
+    """Map trace time onto `signal`'s year (docs/datasets.md §2.1).
 
     * ``weekday_hour``: the anchor is the first instant of the signal's local year whose local weekday and
       wall-clock time (hour, minute, second) equal the trace start's in `trace_tz` (default UTC); a trace without

@@ -1,9 +1,9 @@
 """Default GPU utilisation per model, used by the `linear` and `dvfs` power models when a trace has none.
 
 Reconstructed defaults (no trace shipped with wattsched has per-job GPU utilisation): compute-bound DNN training
-runs the GPU near saturation (a V100-SXM2 at 84 % utilisation in the logs cited by energy-models.md §2); NCF is not
-GPU-bound (34-84 W on a 250 W V100 whatever the power limit, energy-models.md §4); inference at small batches
-leaves the GPU mostly idle (H100 ~300 W of 700 W at batch 1, energy-models.md §2).
+runs the GPU near saturation (a V100-SXM2 at 84 % utilisation in the logs cited by docs/energy-models.md §2); NCF is not
+GPU-bound (34-84 W on a 250 W V100 whatever the power limit, docs/energy-models.md §4); inference at small batches
+leaves the GPU mostly idle (H100 ~300 W of 700 W at batch 1, docs/energy-models.md §2).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Packing mode: the FGD/PWR evaluation procedure (fgd-pwr.md §5), placement only, no time.
+"""Packing mode: the FGD/PWR evaluation procedure (docs/fgd-pwr.md §5), placement only, no time.
 
 1. order pods by name, then shuffle with the seeded RNG;
 2. inflate: append pods drawn uniformly with replacement from the original list until the next one would push the
    requested GPU milli past ``inflate x`` cluster capacity. As in the Go code, the stopping check adds the pod's
-   *per-GPU* milli, not count x milli (fgd-pwr.md §9 discrepancy 4); appended pods are not reshuffled;
+   *per-GPU* milli, not count x milli (docs/fgd-pwr.md §9 discrepancy 4); appended pods are not reshuffled;
 3. submit pods one at a time; no departures, no queue, no retry: a pod that fits nowhere is dropped and counted.
 """
 

@@ -41,6 +41,7 @@ from ..policies.base import JobRequest, Placement
 from ..policies.contract import BindContext, InvalidDecision, Scheduler, Target, WakeCallback
 from ..policies.requests import RequestBook
 from .alloc_log import NO_ALLOC, AllocationLog
+from .meter import PowerMeter
 from .observers import Observer
 from .power import NodePower
 
@@ -97,7 +98,7 @@ class Simulator:
         observers: Iterable[Observer] = (),
         check_invariants: bool = False,
         progress: Callable[[int, int], None] | None = None,
-        power_meter=None,
+        power_meter: PowerMeter | None = None,
         signals: tuple = (None, None),
     ):
         from ..energy.utilisation import job_gpu_load
@@ -111,7 +112,7 @@ class Simulator:
         self.power = power
         self.power_meter = power_meter
         self.price, self.carbon = signals
-        self.observers = list(observers)
+        self.observers = list(observers) + ([power_meter] if power_meter is not None else [])
         # Dispatch each hook only to observers that implement it: most hooks run once per event.
         self._on_interval = _implementing(self.observers, "on_interval")
         self._on_job_start = _implementing(self.observers, "on_job_start")
@@ -831,13 +832,13 @@ class SimView:
         meter = self._sim.power_meter
         if meter is None:
             raise WattschedError("this run has no power meter (run with energy accounting)")
-        return meter.power_w()
+        return meter.power_w(self._sim)
 
     def energy_used_j(self) -> float:
         meter = self._sim.power_meter
         if meter is None:
             raise WattschedError("this run has no power meter (run with energy accounting)")
-        return meter.energy_j(self._sim.now)
+        return meter.energy_j(self._sim)
 
     def price_usd_per_mwh(self) -> float | None:
         price = self._sim.price

@@ -1,6 +1,6 @@
 """`wattsched experiment fgd-pwr`: the FGD (ATC'23) and PWR (CCGrid'25) packing experiments on the Alibaba traces.
 
-Runs every policy x seed (seeds 42, 43, ...) in packing mode (fgd-pwr.md §5) in a process pool. After every pod an
+Runs every policy x seed (seeds 42, 43, ...) in packing mode (docs/fgd-pwr.md §5) in a process pool. After every pod an
 observer records arrived and allocated GPU milli, the cluster fragmentation against the trace's typical pods
 (§2) and the cluster power under the PWR binary model (§7.1). Each run is then reduced the way the papers'
 scripts do it (§6):
@@ -56,7 +56,7 @@ GRID = np.arange(0, 1.005, 0.005)  # PWR-style grid (fraction of capacity)
 SAVINGS_BAND = (0.15, 0.80)  # x range over which power savings are averaged
 CURVE_COLUMNS = ("trace", "policy", "seed", "arrived_pct", "alloc_pct", "frag_ratio_pct", "power_w", "grar")
 
-# Published figures, default trace only (fgd-pwr.md §8).
+# Published figures, default trace only (docs/fgd-pwr.md §8).
 PUBLISHED_ALLOC = {  # FGD repo expected_results/analysis_allo_discrete.csv: % at 100 / 130 % arrived
     "random": (86.30, 87.47),
     "dotprod": (90.62, 90.85),
@@ -180,7 +180,7 @@ def _bin_mean(bins: np.ndarray, values: np.ndarray, nbins: int) -> np.ndarray:
 
 def packing_ratios(series: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per pod: fragmentation ratio in % of idle GPU milli (0 when nothing is idle) and GRAR (used / arrived
-    GPU milli; NaN before anything arrived), from a packing time series (fgd-pwr.md §6)."""
+    GPU milli; NaN before anything arrived), from a packing time series (docs/fgd-pwr.md §6)."""
     arrived = series["arrived_gpu_milli"].to_numpy(np.float64)
     used = series["allocated_gpu_milli"].to_numpy(np.float64)
     frag = series["frag_milli"].to_numpy(np.float64)
@@ -480,13 +480,13 @@ def render_summary(s: dict[str, Any]) -> str:
         "",
         f"- Policies: {', '.join(s['policies'])}",
         f"- Seeds: {s['seeds'][0]}..{s['seeds'][-1]} ({len(s['seeds'])} per policy), inflation {s['inflate']}x "
-        f"of cluster GPU capacity, shuffled arrivals, no departures (fgd-pwr.md §5)",
+        f"of cluster GPU capacity, shuffled arrivals, no departures (docs/fgd-pwr.md §5)",
         f"- Cluster: {s['cluster']}; workload: {s['pods']} pods; typical pods: {s['typical']}",
         f"- Run time: **{s['wall_s']:.1f} s wall** for {s['runs']} runs on {s['workers']} worker process(es) "
         f"({s['cpu_s']:.1f} s summed over runs); machine: {s['machine']}; load average at the end "
         f"{s['load']} (other processes on the machine slow the runs down)",
         "- **Published** = numbers from the FGD repository's expected results or read off the PWR paper's plots "
-        "(fgd-pwr.md §8); **measured** = this run. Measured values are means over seeds (± one standard "
+        "(docs/fgd-pwr.md §8); **measured** = this run. Measured values are means over seeds (± one standard "
         "deviation across seeds).",
         "",
         "## GPU allocation ratio at 100 % and 130 % arrived (FGD paper Fig. 9a)",
@@ -500,7 +500,7 @@ def render_summary(s: dict[str, Any]) -> str:
         ]
     else:
         lines += [
-            "No published figures for this trace (fgd-pwr.md §8 lists the default trace only).",
+            "No published figures for this trace (docs/fgd-pwr.md §8 lists the default trace only).",
             "",
             "| policy | measured @100 % | measured @130 % |",
             "|---|---|---|",
@@ -527,7 +527,7 @@ def render_summary(s: dict[str, Any]) -> str:
         meas = " / ".join(_f(r[f"frag_{k}"], 1) for k in (50, 80, 90))
         ref = " / ".join(f"{v:.1f}" for v in PUBLISHED_FRAG[p]) if pub and p in PUBLISHED_FRAG else "–"
         lines.append(f"| {p} | {meas} | {ref} |")
-    lines += ["", "## Power savings vs FGD (PWR paper; binary power model, fgd-pwr.md §7.1)", ""]
+    lines += ["", "## Power savings vs FGD (PWR paper; binary power model, docs/fgd-pwr.md §7.1)", ""]
     if s["has_fgd"]:
         lo, hi = SAVINGS_BAND
         lines += [
@@ -549,7 +549,7 @@ def render_summary(s: dict[str, Any]) -> str:
         if pub:
             lines += [
                 "",
-                "Published shape (read off the PWR paper's plots, fgd-pwr.md §8): the PWR+FGD combinations peak at "
+                "Published shape (read off the PWR paper's plots, docs/fgd-pwr.md §8): the PWR+FGD combinations peak at "
                 "≈16 % near x ≈ 0.13–0.2, hold 13–16 % over x ≈ 0.15–0.8, fall to ≈3–5 % near x ≈ 0.9 and end at "
                 "≈5–7.5 % at x = 1.0; PWR alone is similar; other baselines save ≈0–5 %, with DotProduct and "
                 "BestFit at −11 to −13 % around x ≈ 0.05. Random is not plotted in the paper.",
@@ -649,7 +649,7 @@ def _explanations(s: dict[str, Any]) -> list[str]:
         for kind in dict.fromkeys(k for k, _, _ in off):
             lines.append(EXPLANATIONS[kind])
             lines.append("")
-    lines += ["", "General differences from the published runs (fgd-pwr.md §9, §10):", ""]
+    lines += ["", "General differences from the published runs (docs/fgd-pwr.md §9, §10):", ""]
     lines += [f"- {t}" for t in GENERAL_NOTES]
     return lines
 
@@ -659,11 +659,11 @@ EXPLANATIONS = {
         "**Allocation.** The arrival order comes from numpy's generator, not Go's `math/rand`, so individual runs "
         "differ from the published ones and only the seed means are comparable; the seed-to-seed standard "
         "deviation is listed next to each mean. Scores, filters, tie-breaks (seeded node order) and the "
-        "inflation rule follow the code as described in fgd-pwr.md §3–§5."
+        "inflation rule follow the code as described in docs/fgd-pwr.md §3–§5."
     ),
     "savings": (
         "**Power savings.** The published band (13–16 %) is read off the PWR paper's plots, and its runs may have "
-        "differed from the committed scripts (fgd-pwr.md §9 items 1 and 6). Our savings are computed with the "
+        "differed from the committed scripts (docs/fgd-pwr.md §9 items 1 and 6). Our savings are computed with the "
         "binary power model exactly as the PWR code does (fallback CPU for every node), against our own FGD runs."
     ),
     "grar": (

@@ -18,6 +18,7 @@ from ..core.errors import WattschedError
 from ..core.jobs import JOB_CLASSES, JobTable
 from ..core.states import STATUS_DONE, STATUS_DROPPED, STATUS_NAMES, STATUS_UNSCHEDULABLE
 from ..engine.packing import run_packing
+from ..engine.meter import PowerMeter
 from ..engine.recorder import TimeSeriesRecorder
 from ..engine.temporal import Simulator
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
@@ -197,6 +198,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
         check_invariants=cfg.check_invariants,
         progress=progress,
         signals=(energy.price, energy.carbon) if energy else (None, None),
+        power_meter=PowerMeter(energy.ledger) if energy else None,
     )
     outcome = sim.run()
     jct = outcome.end_s - jobs.submit_s
@@ -262,7 +264,7 @@ def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress
     from .fgd_pwr import FragPowerObserver, packing_ratios
 
     jobs, cluster = inputs.jobs, inputs.cluster
-    # Fragmentation against the trace's typical pods and binary-model power, after every pod (fgd-pwr.md §6).
+    # Fragmentation against the trace's typical pods and binary-model power, after every pod (docs/fgd-pwr.md §6).
     metrics_observer = FragPowerObserver(cluster, FragModel(cluster, typical_pods(jobs)))
     outcome = run_packing(
         jobs,

@@ -52,7 +52,7 @@ class JobRequest:
 
 
 def feasible_nodes(state: ClusterState, req: JobRequest) -> np.ndarray:
-    """The shared filter (fgd-pwr.md §1.3): CPU, memory, GPU model, and a GPU slot that fits. Bool [N]."""
+    """The shared filter (docs/fgd-pwr.md §1.3): CPU, memory, GPU model, and a GPU slot that fits. Bool [N]."""
     mask = (
         req.node_mask
         & state.available
@@ -82,7 +82,7 @@ class PlacementPolicy(ABC):
 
     Ties go to the node with the smallest rank in a seeded random node order, as in the FGD simulator, where nodes
     are renamed with a seeded permutation prefix and the patched kube-scheduler picks the smallest name
-    (fgd-pwr.md §3). If exactly one node passes the filter it is chosen without scoring.
+    (docs/fgd-pwr.md §3). If exactly one node passes the filter it is chosen without scoring.
     """
 
     name: ClassVar[str] = ""
@@ -203,7 +203,6 @@ class QueuePolicy(ABC):
     description: ClassVar[str] = ""
     reconstructed: ClassVar[bool] = False
     basis: ClassVar[str] = ""
-    needs_durations: ClassVar[bool] = False
 
     @abstractmethod
     def priority(self, jobs: JobTable) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Fragmentation Gradient Descent (FGD) placement, as the FGD simulator implements it (fgd-pwr.md §1.4, §2, §3).
+"""Fragmentation Gradient Descent (FGD) placement, as the FGD simulator implements it (docs/fgd-pwr.md §1.4, §2, §3).
 
 Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent",
 USENIX ATC'23; reference code ``hkust-adsl/kubernetes-scheduler-simulator`` (``pkg/utils/frag.go``,

@@ -1,4 +1,4 @@
-"""Baseline placement policies, as the FGD simulator implements them (fgd-pwr.md §4).
+"""Baseline placement policies, as the FGD simulator implements them (docs/fgd-pwr.md §4).
 
 Source: hkust-adsl/kubernetes-scheduler-simulator, ``pkg/simulator/plugin/{random,dot_product,gpu_clustering,
 gpu_packing,best_fit,first_fit}_score.go``. Scores use the same integer arithmetic (Go int64 truncation) because

@@ -1,4 +1,4 @@
-"""Power-aware placement (PWR) and its weighted combinations with FGD (fgd-pwr.md §7.2, §7.3).
+"""Power-aware placement (PWR) and its weighted combinations with FGD (docs/fgd-pwr.md §7.2, §7.3).
 
 Lettich, Carlini, Nardini, Perego, Trani, "Power- and Fragmentation-aware Online Scheduling for GPU Datacenters",
 IEEE/ACM CCGrid'25; reference code ``Fr4nz83/PWR-plugin-kubernetes`` ``pkg/simulator/plugin/pwr_score.go``.

@@ -36,7 +36,6 @@ class ShortestJobFirst(QueuePolicy):
 
     name = "sjf"
     description = "shortest job first using the trace's (oracle) durations, strict order"
-    needs_durations = True
 
     def priority(self, jobs: JobTable) -> np.ndarray:
         return jobs.duration_s
@@ -57,7 +56,6 @@ class EasyBackfill(QueuePolicy):
 
     name = "backfill"
     description = "FIFO + EASY backfilling with oracle durations (cluster-wide GPU reservation)"
-    needs_durations = True
 
     def priority(self, jobs: JobTable) -> np.ndarray:
         return jobs.submit_s

@@ -37,6 +37,3 @@ class SettingRule:
 
     def describe(self) -> dict[str, Any]:
         return {"governor": self.governor, "responses": {g: list(v) for g, v in self.responses.items()}}
-
-
-DEFAULT_RULE_SETTING = DEFAULT_SETTING
