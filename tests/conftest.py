@@ -166,7 +166,14 @@ def simulate_energy(
     integrator = StepIntegrator(model, accountant.node_base_w, config.off_power_w)
     meter = PowerMeter(accountant)
     sim = make_sim(
-        jobs, spec, "fifo", placement, seed=0, observers=[accountant, integrator], power=power, power_meter=meter
+        jobs,
+        spec,
+        "fifo",
+        placement,
+        seed=0,
+        observers=[accountant, integrator],
+        power=power,
+        power_meter=meter,
     )
     out = sim.run()
     sim.integrator = integrator

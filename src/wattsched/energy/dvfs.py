@@ -57,7 +57,9 @@ ZEUS_COLUMNS = (
     "time_per_epoch",
     "average_power",
 )
-EXCLUDED_WORKLOADS = (("movielens-1m", "ncf"),)  # not GPU-bound: 34-84 W at any limit (docs/energy-models.md §4)
+EXCLUDED_WORKLOADS = (
+    ("movielens-1m", "ncf"),
+)  # not GPU-bound: 34-84 W at any limit (docs/energy-models.md §4)
 FIT_FILE = "dvfs_fit.json"
 FIT_SCHEMA = 1
 SIGNIFICANT_DIGITS = 12  # stored floats are rounded so the JSON is byte-identical across platforms

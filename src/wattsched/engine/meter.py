@@ -53,7 +53,9 @@ class PowerMeter(Observer):
         if state == ON:
             cpu_left = self.sim.spec.cpu_milli[nodes] - self.cpu_alloc[node]
             return float(
-                model.gpu_idle_w[node] * model.gpu_count[node] + model.cpu_w(cpu_left, nodes)[0] + led.node_base_w
+                model.gpu_idle_w[node] * model.gpu_count[node]
+                + model.cpu_w(cpu_left, nodes)[0]
+                + led.node_base_w
             )
         if state in (BOOTING, SHUTTING_DOWN):
             return float(model.node_idle_w(nodes)[0] + led.node_base_w)
@@ -96,7 +98,9 @@ class PowerMeter(Observer):
         transitions = sim.power.transitions if sim.power is not None else []
         events: list[tuple[float, int, int]] = []  # (time, 0 = log row / 1 = transition, index)
         if rows is not None:
-            events += [(t, 0, i) for i, t in enumerate(rows["time_s"][self.rows_seen :].tolist(), self.rows_seen)]
+            events += [
+                (t, 0, i) for i, t in enumerate(rows["time_s"][self.rows_seen :].tolist(), self.rows_seen)
+            ]
         events += [(transitions[i][0], 1, i) for i in range(self.transitions_seen, len(transitions))]
         events.sort()  # both sources are time-ordered; the merge keeps each one's order
         for t, kind, i in events:

@@ -17,8 +17,8 @@ from ..core.cluster import MILLI, ClusterSpec
 from ..core.errors import WattschedError
 from ..core.jobs import JOB_CLASSES, JobTable
 from ..core.states import STATUS_DONE, STATUS_DROPPED, STATUS_NAMES, STATUS_UNSCHEDULABLE
-from ..engine.packing import run_packing
 from ..engine.meter import PowerMeter
+from ..engine.packing import run_packing
 from ..engine.recorder import TimeSeriesRecorder
 from ..engine.temporal import Simulator
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..energy import dvfs
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
+from ..energy.dvfs import GpuSetting
 
 
 class SettingRule:
