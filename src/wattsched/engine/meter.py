@@ -5,7 +5,8 @@ needs the same quantity *during* the run. The meter reads the same two records (
 power transitions) incrementally: each query replays only what was appended since the last one, updating
 per-GPU loads and per-node CPU allocations, and integrates the cluster's power between consecutive events. It
 applies the ledger's power rules (docs/energy.md), so at the end of a run ``energy_j`` equals the ledger's total;
-the tests check this. The simulator registers it as an observer (start time only); it costs nothing until a policy asks (``view.power_w()``, ``view.energy_used_j()``).
+the tests check this. The simulator registers it as an observer (for the start time only); it costs nothing
+until a policy asks (``view.power_w()``, ``view.energy_used_j()``).
 """
 
 from __future__ import annotations

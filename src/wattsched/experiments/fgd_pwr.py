@@ -549,8 +549,8 @@ def render_summary(s: dict[str, Any]) -> str:
         if pub:
             lines += [
                 "",
-                "Published shape (read off the PWR paper's plots, docs/fgd-pwr.md §8): the PWR+FGD combinations peak at "
-                "≈16 % near x ≈ 0.13–0.2, hold 13–16 % over x ≈ 0.15–0.8, fall to ≈3–5 % near x ≈ 0.9 and end at "
+                "Published shape (read off the PWR paper's plots, docs/fgd-pwr.md §8): the PWR+FGD combinations peak "
+                "at ≈16 % near x ≈ 0.13–0.2, hold 13–16 % over x ≈ 0.15–0.8, fall to ≈3–5 % near x ≈ 0.9 and end at "
                 "≈5–7.5 % at x = 1.0; PWR alone is similar; other baselines save ≈0–5 %, with DotProduct and "
                 "BestFit at −11 to −13 % around x ≈ 0.05. Random is not plotted in the paper.",
             ]
