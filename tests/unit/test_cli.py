@@ -79,7 +79,7 @@ def test_bad_config_key_names_file_line_and_field(tmp_path):
 @pytest.mark.parametrize(
     ("flag", "value", "expected"),
     [
-        ("--placement", "nope", "unknown placement policy 'nope'; valid placement policys: best-fit"),
+        ("--placement", "nope", "unknown placement policy 'nope'; valid placement policies: best-fit"),
         ("--queue", "lifo", "unknown queue policy 'lifo'"),
         ("--cluster", "moon", "unknown cluster 'moon'"),
         ("--workload", "nowhere", "unknown workload 'nowhere'"),

@@ -118,3 +118,36 @@ def test_user_errors_print_any_message_on_one_line(capsys):
     with pytest.raises(typer.Exit), user_errors():
         raise IsADirectoryError(21, "Is a directory", "/some\ndir")
     assert capsys.readouterr().err == "error: Is a directory: /some dir\n"
+
+
+def test_load_workload_with_a_directory_is_one_input_error(tmp_path):
+    from wattsched.workloads.catalog import load_workload
+
+    for folder in (tmp_path, tmp_path / "jobs.csv", tmp_path / "philly"):  # plain, .csv-like, catalog-like
+        folder.mkdir(exist_ok=True)
+        with pytest.raises(InputError) as info:
+            load_workload(str(folder))
+        assert str(info.value) == f"{folder}: is a directory, expected a CSV file"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("missing.yaml", None, ": file not found"),
+        ("folder.yaml", "dir", ": is a directory, expected a YAML config file"),
+        ("binary.yaml", bytes(range(256)), ":3: not UTF-8 text"),  # \n and \r come before the first bad byte
+        ("latin1.yaml", b"seed: 1\nout: caf\xe9\n", ":2: not UTF-8 text"),
+        ("nul.yaml", b"seed: 1\nqueue: fifo\x00\n", ":2: contains a NUL byte"),
+        ("deep.yaml", b"[" * 5000 + b"]" * 5000, ": not valid YAML (nested too deeply)"),
+        ("unclosed.yaml", b"seed: [1\n", ":2: not valid YAML (while parsing a flow sequence, expected ','"),
+        ("list.yaml", b"- seed\n", ":1: expected a mapping of settings at the top level"),
+    ],
+)
+def test_bad_config_file(tmp_path, name, content, fragment):
+    path = tmp_path / name
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    line = one_error_line(simulate(tmp_path, "--config", path, "--jobs", 10))
+    assert line.startswith(f"error: {path}{fragment}"), line

@@ -37,20 +37,41 @@ def test_idle_cluster_uses_exactly_idle_power_times_duration(model):
     assert acc.energy_j["gpu_active"] == 0.0
 
 
-def test_components_sum_to_total_and_pue_overhead():
-    rows = [
-        {"submit": i * 50.0, "duration": 300 + 40 * i, "gpus": [1, 2, 4, 1][i % 4], "cpu": 4000}
-        for i in range(30)
-    ]
-    rows += [{"submit": 10.0, "duration": 500, "gpus": 1, "milli": 500, "cpu": 1000}]
-    _, out, acc, _ = simulate(make_jobs(rows), pue=1.5)
+def test_hand_computed_energy_per_component_and_pue_overhead():
+    # One node: 2 V100 (30 W idle, 300 W max), 32 vCPU = 16 cores = 1 socket of the fallback CPU (15 W idle,
+    # 120 W max, linear in the allocated CPU share), 25 W node base, PUE 1.5, linear model.
+    spec = make_cluster([(2, "V100", 32_000, 10**6)])
+    jobs = make_jobs(
+        [
+            {"submit": 0, "duration": 100, "gpus": 1, "cpu": 8_000},  # [0, 100): 1 GPU at 50 %, 1/4 of CPU
+            {"submit": 150, "duration": 50, "gpus": 2, "cpu": 16_000},  # [150, 200): 2 GPUs at 100 %, 1/2 CPU
+        ]
+    )
+    jobs.gpu_util[:] = [0.5, 1.0]
+    _, out, acc, _ = simulate(jobs, spec, model="linear", base=25.0, pue=1.5)
+    assert out.start_s.tolist() == [0.0, 150.0] and out.end_s.tolist() == [100.0, 200.0]
+    gpu_active = (30 + 270 * 0.5) * 100 + 2 * 300 * 50  # busy GPUs: 16 500 + 30 000 J
+    gpu_idle = (
+        1 * 30 * 100 + 2 * 30 * 50 + 0 * 30 * 50
+    )  # free GPUs: [0,100) one, [100,150) two, [150,200) none
+    cpu = (15 + 105 * 0.25) * 100 + 15 * 50 + (15 + 105 * 0.5) * 50  # 4 125 + 750 + 3 375 J
+    node_base = 25 * 200
+    it = gpu_active + gpu_idle + cpu + node_base  # 65 750 J
+    expected = {
+        "gpu_active": 46_500.0,
+        "gpu_idle": 6_000.0,
+        "cpu": 8_250.0,
+        "node_base": 5_000.0,
+        "power_transitions": 0.0,
+        "facility_overhead": 0.5 * 65_750.0,  # (PUE - 1) x IT energy
+    }
+    assert (gpu_active, gpu_idle, cpu, node_base, it) == (46_500, 6_000, 8_250, 5_000, 65_750)
+    assert acc.energy_j == pytest.approx(expected, rel=1e-12, abs=1e-9)
     summary = acc.summary(allocated_gpu_seconds=1.0)
-    parts = summary["energy_by_component_kwh"]
-    assert sum(parts.values()) == pytest.approx(summary["energy_kwh"], rel=1e-12)
-    it = sum(v for k, v in parts.items() if k != "facility_overhead")
-    assert parts["facility_overhead"] == pytest.approx(0.5 * it, rel=1e-12)
-    assert (out.status == STATUS_DONE).all()
-    assert summary["peak_power_kw"] * 1000 >= summary["avg_power_kw"] * 1000 > 0
+    assert summary["energy_kwh"] == pytest.approx(1.5 * 65_750 / 3.6e6, rel=1e-12)
+    assert summary["avg_power_kw"] == pytest.approx(1.5 * 65_750 / 200 / 1000, rel=1e-12)
+    # Peak: [150, 200) draws 600 W GPU + 67.5 W CPU + 25 W base = 692.5 W, times PUE.
+    assert summary["peak_power_kw"] == pytest.approx(1.5 * 692.5 / 1000, rel=1e-12)
 
 
 def test_gpu_busy_power_linear_capped_and_binary_at_tdp():

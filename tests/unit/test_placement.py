@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import make_cluster, state_with
 from wattsched.core.cluster import ClusterState
 from wattsched.policies import PLACEMENT_POLICIES
-from wattsched.policies.base import JobRequest, gpus_best
+from wattsched.policies.base import JobRequest, feasible_nodes, gpus_best
 from wattsched.policies.placement import min_max_normalise
 
 SHAPES = [(8, "G2", 96_000, 393_216), (2, "T4", 104_000, 524_288), (4, "V100M16", 32_000, 131_072)]
@@ -79,20 +79,44 @@ def test_first_fit_and_ties_follow_rank(spec):
     assert bound("first-fit", spec, rank=(1, 2, 0)).place(state, request())[0][0] == 2
 
 
-def test_single_feasible_node_skips_scoring(spec):
+def test_single_feasible_node_skips_scoring(spec, monkeypatch):
     state = ClusterState(spec)
     policy = bound("random", spec)
+    calls = []
+    monkeypatch.setattr(
+        policy, "score", lambda *args: calls.append(args) or np.zeros(len(args[2]), dtype=int)
+    )
     placed = policy.place(state, request(num_gpu=8))  # only node 0 has 8 GPUs
     assert placed == ((0, tuple(range(8)), 4000, 0),)
+    assert calls == []  # chosen without scoring
+    # random's scoring draws from its stream: skipping it leaves the stream where it was
+    assert policy.rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+    policy.place(state, request(num_gpu=1))  # three feasible nodes: scored
+    assert len(calls) == 1 and calls[0][2].tolist() == [0, 1, 2]
 
 
-def test_filters_cpu_memory_model_and_gpu_fit(spec):
+def test_filters_cpu_memory_model_gpu_fit_and_availability(spec):
     state = ClusterState(spec)
     policy = bound("best-fit", spec)
+    # CPU: 100 000 milli fits only node 1 (104 000); 200 000 fits nowhere
+    assert feasible_nodes(state, request(cpu=100_000)).tolist() == [False, True, False]
     assert policy.place(state, request(cpu=200_000)) is None
+    # memory: 400 000 MiB fits only node 1 (524 288); 600 000 nowhere
+    assert feasible_nodes(state, request(mem=400_000)).tolist() == [False, True, False]
     assert policy.place(state, request(mem=600_000)) is None
     only_t4 = np.array([False, True, False])
     assert policy.place(state, request(mask=only_t4))[0][0] == 1
+    # GPU fit, whole GPUs: 4 free GPUs rule out the 2-GPU node; then node 2 keeps 3 free, node 0 keeps 8
+    assert feasible_nodes(state, request(num_gpu=4)).tolist() == [True, False, True]
+    state.allocate(2, (0,), 1000, 0, 0)
+    assert feasible_nodes(state, request(num_gpu=4)).tolist() == [True, False, False]
+    # GPU fit, a share pod: needs one GPU with that much milli left (node 0's GPUs left at 600 and 300)
+    tight = state_with(spec, [[600] * 8, [300, 300], [1000, 0, 0, 0]])
+    assert feasible_nodes(tight, request(milli=500)).tolist() == [True, False, True]
+    assert feasible_nodes(tight, request(milli=700)).tolist() == [False, False, True]
+    assert feasible_nodes(tight, request(num_gpu=2)).tolist() == [False, False, False]  # no 2 whole free GPUs
+    assert policy.place(tight, request(num_gpu=2)) is None
+    # availability: a node that is off or draining takes nothing
     state.set_available(np.array([1]), False)
     assert policy.place(state, request(mask=only_t4)) is None
 
@@ -105,13 +129,23 @@ def test_gpu_choice_inside_node():
 
 
 def test_random_is_seeded_and_uniform_over_feasible(spec):
-    picks = []
-    for seed in range(200):
+    def picks(seed, n=600):
         policy = PLACEMENT_POLICIES.create("random")
         policy.bind(spec, np.random.default_rng(seed))
-        picks.append(policy.place(ClusterState(spec), request())[0][0])
-    counts = np.bincount(picks, minlength=3)
-    assert counts.min() > 40  # each of 3 nodes ~ 67 of 200
+        state = ClusterState(spec)
+        return [policy.place(state, request(num_gpu=2))[0][0] for _ in range(n)]  # nothing allocated
+
+    # seeded: the same seed gives the same picks, another seed other picks
+    assert picks(3) == picks(3)
+    assert picks(3) != picks(4)
+    # the 2-GPU request never goes to a node that cannot host it, and the feasible nodes are drawn uniformly
+    state = ClusterState(spec)
+    state.allocate(1, (0,), 1000, 0, 0)  # T4 node: one free GPU left, infeasible for 2 GPUs
+    policy = PLACEMENT_POLICIES.create("random")
+    policy.bind(spec, np.random.default_rng(5))
+    counts = np.bincount([policy.place(state, request(num_gpu=2))[0][0] for _ in range(600)], minlength=3)
+    assert counts[1] == 0
+    assert abs(int(counts[0]) - 300) < 60 and abs(int(counts[2]) - 300) < 60  # Binomial(600, 1/2): sd 12.2
 
 
 def test_gang_spreads_over_fewest_nodes():
@@ -122,3 +156,7 @@ def test_gang_spreads_over_fewest_nodes():
     placed = policy.place(state, request(num_gpu=12, cpu=12_000, gang=True))
     assert [(n, len(g), c) for n, g, c, _ in placed] == [(0, 8, 8000), (2, 4, 4000)]
     assert policy.place(state, request(num_gpu=23, cpu=0, gang=True)) is None  # only 22 free
+    # Free GPUs 2, 8, 6 with node 0 first in rank: rank order would need all three nodes, fewest needs two.
+    state = state_with(spec, [[0] * 6 + [1000] * 2, [1000] * 8, [0, 0] + [1000] * 6])
+    placed = policy.place(state, request(num_gpu=12, cpu=12_000, gang=True))
+    assert [(n, g, c) for n, g, c, _ in placed] == [(1, tuple(range(8)), 8000), (2, (2, 3, 4, 5), 4000)]

@@ -15,6 +15,7 @@ import pytest
 
 from wattsched.core.errors import DataNotFoundError, InputError, UnknownNameError
 from wattsched.core.jobs import INFERENCE, TRAINING, JobTable
+from wattsched.energy.dvfs import DEFAULT_SETTING
 from wattsched.workloads.catalog import ALIBABA_LISTS, GAVEL_MSR_VCS, load_workload, workload_names
 from wattsched.workloads.clusters import philly_cluster
 from wattsched.workloads.traces import (
@@ -129,9 +130,10 @@ def test_gavel_msr_fixture():
     jobs = w.jobs
     np.testing.assert_array_equal(jobs.submit_s, [0, 30, 45])
     np.testing.assert_array_equal(jobs.num_gpu, [1, 2, 8])
-    # 1000 / 10; 600 / 3; scale 8 unmeasured: 25 steps/s at 4 GPUs scaled x2 -> 4000 / 50
-    np.testing.assert_allclose(jobs.duration_s, [100, 200, 80])
-    assert list(jobs.model_name) == ["Alpha (batch size 8)", "Beta (batch size 4)", "Alpha (batch size 8)"]
+    # 1000 / 10; 600 / 3; scale 8 unmeasured: the perf tables' power law past the last measured step,
+    # 16 -> 25 steps/s from 2 to 4 GPUs, so 25 x 25/16 = 39.0625 steps/s at 8 -> 4000 / 39.0625
+    np.testing.assert_allclose(jobs.duration_s, [100, 200, 102.4])
+    assert list(jobs.model_name) == ["alpha", "beta", "alpha"]  # the job type's family, normalised
     np.testing.assert_array_equal(jobs.source_line, [1, 2, 3])  # no header
     assert any("not raw Philly" in n for n in jobs.notes)
     assert any("1 job(s)" in n and "extrapolated" in n for n in jobs.notes)
@@ -145,6 +147,48 @@ def test_gavel_physical_fixture_and_worker_type():
     np.testing.assert_array_equal(w.jobs.num_gpu, [1, 2])
     k80 = read_gavel(trace, GAVEL / "simulation_throughputs.json", worker_type="k80")
     np.testing.assert_allclose(k80.jobs.duration_s, [300 / 0.5, 2000 / (2.5 * 2)])  # k80 has scale 1 only
+
+
+def test_gavel_iterations_batch_size_and_model_family(tmp_path):
+    throughputs = GAVEL / "simulation_throughputs.json"
+    # msr rows: Alpha (batch size 8) 1000 steps; Beta (batch size 4) 600 steps; Alpha (batch size 8) 4000 steps
+    jobs = read_gavel(GAVEL / "msr" / "seed=0" / "0e4a51.trace", throughputs).jobs
+    np.testing.assert_array_equal(jobs.iterations, [1000, 600, 4000])
+    np.testing.assert_array_equal(jobs.batch_size, [8, 4, 8])
+    assert list(jobs.model_name) == ["alpha", "beta", "alpha"]
+    # physical_cluster rows (10 fields): Beta (batch size 4) 300 steps; Alpha (batch size 8) 2000 steps
+    jobs = read_gavel(GAVEL / "physical_cluster" / "small_test.trace", throughputs).jobs
+    np.testing.assert_array_equal(jobs.iterations, [300, 2000])
+    np.testing.assert_array_equal(jobs.batch_size, [4, 8])
+    assert list(jobs.model_name) == ["beta", "alpha"]
+    # a type without "(batch size N)" has batch 0; a dashed family name is normalised as the catalog keys it
+    a3c = read_gavel(write(tmp_path, "a3c.trace", "A3C\tcmd\t-n\t0\t90\t0\t1\n"), throughputs).jobs
+    assert (list(a3c.model_name), a3c.batch_size.tolist(), a3c.iterations.tolist()) == (["a3c"], [0], [90.0])
+    np.testing.assert_allclose(a3c.duration_s, [90 / 3.0])
+    rates = write(tmp_path, "rates.json", '{"v100": {"(\'ResNet-50 (batch size 64)\', 1)": {"null": 4.0}}}')
+    r50 = read_gavel(write(tmp_path, "r50.trace", "ResNet-50 (batch size 64)\tcmd\t-n\t0\t80\t0\t1\n"), rates)
+    assert (list(r50.jobs.model_name), r50.jobs.batch_size.tolist()) == (["resnet50"], [64])
+
+
+def test_gavel_jobs_use_the_measured_table_for_their_batch_size():
+    from wattsched.core.cluster import ClusterSpec
+    from wattsched.perf.model import PerformanceModel
+
+    jobs = read_gavel(GAVEL / "msr" / "seed=0" / "0e4a51.trace", GAVEL / "simulation_throughputs.json").jobs
+    spec = ClusterSpec.from_arrays(
+        name="v", node_names=["a", "b"], cpu_milli=[64_000] * 2, memory_mib=[10**6] * 2, gpu_count=[8, 8],
+        gpu_model_names=["V100", "V100"],
+    )  # fmt: skip
+    perf, _ = PerformanceModel.build(jobs, spec, data_dir=FAKE_DATA)
+    assert perf.key[0].tolist() == ["Alpha (batch size 8)", "Beta (batch size 4)", "Alpha (batch size 8)"]
+    assert perf.modelled.all()
+    np.testing.assert_array_equal(perf.work, [1000, 600, 4000])  # work = the trace's steps, not re-derived
+    np.testing.assert_array_equal(perf.batch, [8, 4, 8])
+    # alone at the trace's scale factor, iterations / rate is the reader's duration, including the job whose
+    # scale factor (8) has no measurement
+    rates = [perf.solo_rate(j, 0, int(jobs.num_gpu[j]), 1, 1, DEFAULT_SETTING) for j in range(3)]
+    np.testing.assert_allclose(np.array([1000, 600, 4000]) / rates, jobs.duration_s, rtol=1e-12)
+    np.testing.assert_allclose(jobs.duration_s, [100, 200, 102.4])
 
 
 def test_generic_csv_seconds():

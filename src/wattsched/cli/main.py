@@ -12,6 +12,7 @@ from rich.table import Table
 from ..experiments.config import SimulationConfig, resolve_config
 from ..experiments.run import run_simulation
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
 from .common import console, progress_bar, user_errors
 from .data import data_app
 from .experiment import experiment_app
@@ -114,8 +115,14 @@ def demo(
 
 @app.command()
 def policies() -> None:
-    """List the registered queue and placement policies."""
-    for title, registry in (("queue policies", QUEUE_POLICIES), ("placement policies", PLACEMENT_POLICIES)):
+    """List the registered policies of every kind: queue, placement, allocation and power manager."""
+    kinds = (
+        ("queue policies (--queue)", QUEUE_POLICIES),
+        ("placement policies (--placement)", PLACEMENT_POLICIES),
+        ("allocation policies (--allocation)", ALLOCATION_POLICIES),
+        ("power managers (--power-manager)", POWER_MANAGERS),
+    )
+    for title, registry in kinds:
         table = Table(title=title)
         table.add_column("name", style="bold")
         table.add_column("description")

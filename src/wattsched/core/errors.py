@@ -30,7 +30,8 @@ class UnknownNameError(WattschedError):
         self.kind = kind
         self.name = name
         self.valid = sorted(valid)
-        super().__init__(f"unknown {kind} '{name}'; valid {kind}s: {', '.join(self.valid)}")
+        plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+        super().__init__(f"unknown {kind} '{name}'; valid {plural}: {', '.join(self.valid)}")
 
 
 class DataNotFoundError(WattschedError):

@@ -75,6 +75,7 @@ class RunOutcome:
     preemptions: np.ndarray  # int64 [J] stops by the scheduler
     restart_gpu_s: np.ndarray  # float64 [J] GPU-seconds held while restarting
     work_lost: np.ndarray  # float64 [J] progress lost to preemption (work units)
+    lost_gpu_s: np.ndarray  # float64 [J] GPU-seconds whose progress was lost (lost work / rate x GPUs held)
 
     @property
     def placements(self) -> list[Placement | None]:
@@ -163,6 +164,7 @@ class Simulator:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.restart_gpu_s = np.zeros(n)
         self.work_lost = np.zeros(n)
+        self.lost_gpu_s = np.zeros(n)
         self.last_alloc = np.full(n, NO_ALLOC, dtype=np.int64)  # what each job held last (same-GPU restarts)
         self.log = AllocationLog()
         self.running: dict[int, None] = {}  # insertion-ordered set of jobs holding GPUs
@@ -172,6 +174,7 @@ class Simulator:
         self._heap: list[tuple[float, int, int, int, object]] = []
         self._seq = 0
         self._released = True
+        self._pass_due = False  # a round asked for a decision after this batch's events
         self._last_start = 0.0
         self._next_arrival = math.inf
 
@@ -263,8 +266,8 @@ class Simulator:
                 if self.progress is not None and ai % progress_step == 0:
                     self.progress(ai, n)
             self._next_arrival = times_list[ai] if ai < n else math.inf
-            if (arrived and decide_on_arrival) or (self._released and decide_on_release):
-                self._released = False
+            if (arrived and decide_on_arrival) or (self._released and decide_on_release) or self._pass_due:
+                self._released = self._pass_due = False
                 scheduler.decide(self.view, self.actions)
             if self.check:
                 self._check_invariants()
@@ -287,6 +290,7 @@ class Simulator:
             self.preemptions,
             self.restart_gpu_s,
             self.work_lost,
+            self.lost_gpu_s,
         )
 
     # ----- job lifecycle ------------------------------------------------------------------------------------------
@@ -351,6 +355,7 @@ class Simulator:
         state = self.state
         milli = int(target.share_milli)
         placement = target.placement
+        self._check_target(job, target)
         try:
             for node, gpus, cpu, mem in placement:
                 if not state.available[node]:
@@ -374,6 +379,51 @@ class Simulator:
                     self._residents.setdefault(node * width + g, []).append(job)
             self._check_memory(job, placement)
         return code, ngpu
+
+    def _check_target(self, job: int, target: Target) -> None:
+        """Refuse a malformed target before anything is allocated (ClusterState.allocate checks capacity only:
+        a repeated GPU, a negative index or a share outside 1..1000 would corrupt the accounting)."""
+        spec = self.spec
+        milli = int(target.share_milli)
+        if not 0 < milli <= MILLI:
+            raise self._invalid(job, f"GPU share {milli} milli-GPU is outside 1..{MILLI}")
+        gpu_job = self.jobs.num_gpu[job] > 0
+        mask = self.book.node_mask_by_spec[self.book.spec_id[job]]
+        seen: set[tuple[int, int]] = set()
+        for node, gpus, cpu, mem in target.placement:
+            if not 0 <= node < spec.num_nodes:
+                raise self._invalid(job, f"node {node} does not exist ({spec.num_nodes} nodes)")
+            name = spec.node_names[node]
+            if cpu < 0 or mem < 0:
+                raise self._invalid(job, f"negative CPU or memory on node {name}")
+            for g in gpus:
+                if not 0 <= g < spec.gpu_count[node]:
+                    raise self._invalid(
+                        job, f"GPU {g} does not exist on node {name} ({spec.gpu_count[node]} GPUs)"
+                    )
+                if (node, g) in seen:
+                    raise self._invalid(job, f"GPU {g} of node {name} is listed twice")
+                seen.add((node, g))
+            if gpus and gpu_job and not mask[node]:
+                raise self._invalid(job, f"node {name} has a GPU model the job does not accept")
+        if gpu_job and not seen:
+            raise self._invalid(job, "a GPU job was given no GPU")
+        if seen:
+            self._check_setting(job, target.placement, target.setting)
+
+    def _check_setting(self, job: int, placement: Placement, setting: GpuSetting) -> None:
+        """A GPU setting outside the GPU's allowed range is the policy's error (raised before any change)."""
+        if setting == DEFAULT_SETTING:
+            return
+        code = self._gpu_code(placement)
+        try:
+            self.perf.speed(code, setting)
+            self.perf.power_scale(code, setting)
+        except WattschedError as exc:
+            raise self._invalid(job, str(exc)) from None
+
+    def _invalid(self, job: int, message: str) -> InvalidDecision:
+        return InvalidDecision(self._by, str(self.jobs.job_id[job]), message)
 
     def _give_back(self, job: int) -> tuple[Placement, int]:
         """Release everything `job` holds; returns what it held (placement, milli per GPU)."""
@@ -532,6 +582,7 @@ class Simulator:
                 if lost > 0:
                     self.remaining[job] += lost
                     self.work_lost[job] += lost
+                    self.lost_gpu_s[job] += lost / self.rate[job] * self.held_gpus[job]
                 else:
                     lost = 0.0
         self.version[job] += 1  # drop its completion or restart event
@@ -573,12 +624,16 @@ class Simulator:
                 self.power.job_started(job, [node for node, *_ in target.placement])
             touched |= self._sharers_of(target.placement)
         self._released = True
-        self._neighbours_changed(touched, skip=targets.keys())
+        # Every running job on the touched GPUs, movers that kept running in place included: one of them may
+        # have been re-rated before a later mover joined its GPUs (restarting movers are rated when they end).
+        self._neighbours_changed(touched)
 
     def retune(self, job: int, setting: GpuSetting) -> None:
         if self.status[job] != STATUS_RUNNING:
             raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "retune of a job that is not running")
         placement = self.log.placements[int(self.alloc_id[job])]
+        if self.held_gpus[job]:
+            self._check_setting(job, placement, setting)
         self.setting_id[job] = self.log.setting_id(setting)
         code = self._gpu_code(placement)
         self.load[job] = self.perf.gpu_load(job, code, setting) if self.held_gpus[job] else 0.0
@@ -691,6 +746,9 @@ class SimActions:
             raise InvalidDecision(self.by, None, f"wake-up at {time} is in the past (now {self.sim.now})")
         self.sim.schedule(time, callback, self)
 
+    def decide_after_events(self) -> None:
+        self.sim._pass_due = True
+
 
 class SimView:
     """The simulator's read-only ``policies.contract.ClusterView``."""
@@ -732,6 +790,9 @@ class SimView:
 
     def request(self, job: int) -> JobRequest:
         return self._sim.book.request(job)
+
+    def request_class(self, job: int) -> int:
+        return int(self._sim.book.request_class[job])
 
     def target(self, job: int) -> Target | None:
         sim = self._sim

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..core.errors import InputError
 from ..engine.power import PowerStateConfig
 from ..workloads.synthetic import SyntheticConfig
+from ..workloads.traces import read_text_bytes
+from ..workloads.validate import one_line
 
 
 def cli(flag: str | None = None, hidden: bool = False) -> dict[str, Any]:
@@ -125,24 +127,36 @@ def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     return lines
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, None, "config file not found")
-    text = path.read_text(encoding="utf-8")
+def _parse_config(path: Path, text: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise InputError(path, mark.line + 1 if mark else None, None, f"not valid YAML ({exc})") from None
+        parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+        problem = one_line(", ".join(p for p in parts if p) or str(exc))
+        raise InputError(path, mark.line + 1 if mark else None, None, f"not valid YAML ({problem})") from None
+    except RecursionError:
+        raise InputError(path, None, None, "not valid YAML (nested too deeply)") from None
     if not isinstance(data, dict):
         raise InputError(path, 1, None, "expected a mapping of settings at the top level")
     return data
 
 
+def _read_config(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The settings and the text of a YAML config file, read with the hardened reader of the trace readers
+    (missing file, directory, non-UTF-8 bytes, NUL bytes: one :class:`InputError` naming the file)."""
+    path = Path(path)
+    text = read_text_bytes(path, "a YAML config file").decode("utf-8")
+    return _parse_config(path, text), text
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    return _read_config(path)[0]
+
+
 def resolve_config(file: str | Path | None, overrides: dict[str, Any]) -> SimulationConfig:
     """Settings from `file` (if any) with `overrides` (CLI flags that were given) on top, validated."""
-    data: dict[str, Any] = load_config_file(file) if file else {}
+    data, text = _read_config(file) if file else ({}, "")
     merged = {**data}
     for key, value in overrides.items():
         if value is None:
@@ -160,7 +174,7 @@ def resolve_config(file: str | Path | None, overrides: dict[str, Any]) -> Simula
         line = None
         source = str(file) if file else "command line"
         if file:
-            lines = _key_lines(Path(file).read_text(encoding="utf-8"))
+            lines = _key_lines(text)
             while loc and loc not in lines:
                 loc = loc[:-1]
             line = lines.get(loc)

@@ -240,7 +240,8 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
         "restarts": int(outcome.restarts.sum()),
         "restart_gpu_hours": float(outcome.restart_gpu_s.sum()) / 3600.0,
         "preemptions": int(outcome.preemptions.sum()),
-        "work_lost_to_preemption": float(outcome.work_lost.sum()),
+        # Summed as GPU time: jobs count work in their own units (iterations, or seconds without a table).
+        "preemption_lost_gpu_hours": float(outcome.lost_gpu_s.sum()) / 3600.0,
     }
     series = recorder.frame()
     if energy is not None:

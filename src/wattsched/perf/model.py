@@ -70,6 +70,7 @@ class PerformanceModel:
         self.key: dict[int, np.ndarray] = {}  # code -> [J] table key per job (None: no table)
         self.batch = np.where(jobs.batch_size > 0, jobs.batch_size, 0).astype(np.float64)
         self.modelled = np.zeros(n, dtype=bool)
+        self._main = -1  # GPU code whose tables define work (iterations); set by _attach
         self.work = jobs.duration_s.astype(np.float64).copy()
         self.checkpoint_gb = np.zeros(n)
         self.memory = np.zeros(n)
@@ -128,7 +129,7 @@ class PerformanceModel:
         jobs = self.jobs
         if not keys:
             return
-        code0 = _main_code(self.spec)
+        code0 = self._main = _main_code(self.spec)
         main = keys[code0]
         self.modelled = np.array([k is not None for k in main], dtype=bool)
         tables = self.sources[code0][1]
@@ -187,16 +188,27 @@ class PerformanceModel:
         return rate
 
     def has_table(self, job: int, gpu_code: int) -> bool:
+        """Whether the job runs from its own table on this GPU type. Only jobs modelled on the cluster's main
+        GPU type count work in iterations; a job whose model has a table on another type only keeps trace
+        behaviour (its work is in seconds, so no table rate applies to it anywhere)."""
         keys = self.key.get(gpu_code)
-        return keys is not None and keys[job] is not None
+        return keys is not None and keys[job] is not None and bool(self.modelled[job])
+
+    def _rate_code(self, job: int, gpu_code: int) -> int:
+        """The GPU type whose table gives a modelled job's rate on `gpu_code`: its own, else the main type's
+        (documented proxy, docs/perf.md); -1 for a job counted in seconds."""
+        if not self.modelled[job] or gpu_code < 0:
+            return -1
+        return gpu_code if self.has_table(job, gpu_code) else self._main
 
     def solo_rate(
         self, job: int, gpu_code: int, num_gpus: int, nodes: int, switches: int, setting: GpuSetting
     ) -> float:
         """Work units per second with the job alone on its GPUs."""
         speed = self.speed(gpu_code, setting)
-        if gpu_code >= 0 and num_gpus > 0 and self.has_table(job, gpu_code):
-            return self._table_rate(job, gpu_code, num_gpus, nodes, switches) * speed
+        code = self._rate_code(job, gpu_code)
+        if code >= 0 and num_gpus > 0:
+            return self._table_rate(job, code, num_gpus, nodes, switches) * speed
         if num_gpus > 0 and num_gpus != self.trace_gpus[job]:
             return speed * num_gpus / self.trace_gpus[job]  # no table: linear in the GPU count
         return speed
@@ -204,9 +216,10 @@ class PerformanceModel:
     def max_gpus(self, job: int, gpu_code: int) -> int:
         """The most GPUs an elastic policy should give the job: its table's largest measured count (and no more
         GPUs than samples per batch); its trace count when it has no table."""
-        if gpu_code < 0 or not self.has_table(job, gpu_code):
+        code = self._rate_code(job, gpu_code)
+        if code < 0:
             return int(self.trace_gpus[job])
-        table = self.sources[gpu_code][1][self.key[gpu_code][job]]
+        table = self.sources[code][1][self.key[code][job]]
         batch = self.batch[job] if table.batch_sizes[0] > 0 else None
         top = table.max_measured_count(batch)
         return int(min(top, self.batch[job])) if self.batch[job] > 0 else int(top)
@@ -251,10 +264,15 @@ class PerformanceModel:
         if self.trace_gpus[job] != 1 or self.trace_gpus[other] != 1:
             return None
         pair = pairs.get((keys[job], keys[other]))
-        if pair is None:
-            return None
+        if pair is not None:
+            mine = pair[0]
+        else:  # a pair stored only under the other job's entry: [its steps/s, this job's steps/s]
+            pair = pairs.get((keys[other], keys[job]))
+            if pair is None:
+                return None
+            mine = pair[1]
         solo = self.sources[gpu_code][1][keys[job]].throughput(1)
-        return pair[0] / solo
+        return mine / solo
 
     def memory_gib(self, job: int) -> float:
         """GPU memory the job needs on each GPU (0 when unknown: a fractional pod's quota isolates it)."""
@@ -339,6 +357,9 @@ def _assign(jobs: JobTable, spec: ClusterSpec, sources, keys, rng: np.random.Gen
     reach = np.array([tables[m].max_measured_count() for m in names])
     model_name = np.asarray(jobs.model_name, dtype=object).copy()
     batch = jobs.batch_size.copy()
+    # A trace iteration count belongs to the trace's own model: an assigned job's work is derived afresh from its
+    # duration at the trace configuration, like any job without iterations (docs/perf.md, work).
+    iterations = np.where(need, np.nan, jobs.iterations)
     counts: dict[str, int] = {}
     for j in np.flatnonzero(need).tolist():
         ok = [i for i, r in enumerate(reach) if r >= jobs.num_gpu[j]] or list(range(len(names)))
@@ -350,4 +371,4 @@ def _assign(jobs: JobTable, spec: ClusterSpec, sources, keys, rng: np.random.Gen
         counts[name] = counts.get(name, 0) + 1
     from dataclasses import replace
 
-    return replace(jobs, model_name=model_name, batch_size=batch), need, counts
+    return replace(jobs, model_name=model_name, batch_size=batch, iterations=iterations), need, counts

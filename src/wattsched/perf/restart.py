@@ -5,7 +5,7 @@ or migration (docs/perf.md §5; published range in docs/baselines.md, "Restart c
   base of 2 s (7 s with 256 or more GPUs); if the job resumes on exactly the GPUs it last ran on, only the base;
   otherwise +27 s (+20 s more with 256 or more GPUs) and 2 x (log2 g + 1) s for g GPUs. 8 GPUs: 37 s.
   wattsched adds the checkpoint's save and load time, 2 x size / bandwidth, from the per-model checkpoint
-  size (``perf/tables``; 0 for a job without a model).
+  size (``perf/catalog``; 0 for a job without a model).
 * ``fixed``: the same delay for every restart (Pollux charges 30 s per reallocation).
 
 A job's first start costs nothing: trace durations already include start-up.

@@ -169,8 +169,9 @@ class RoundScheduler(Scheduler):
 
     def _round(self, view: ClusterView, actions: Actions) -> None:
         self.rounds += 1
-        self.decide(view, actions)
-        if view.queue_length or len(view.running_jobs()):
+        # The decision itself runs after every event at this time, so that jobs arriving now are in it.
+        actions.decide_after_events()
+        if view.queue_length or len(view.running_jobs()) or view.next_arrival_s() <= view.now:
             nxt = view.now + self.round_s
         else:
             arrival = view.next_arrival_s()
@@ -188,7 +189,7 @@ class RoundScheduler(Scheduler):
             decision = self._with_rule_settings(decision)
         apply_decision(view, actions, decision, self.policy.name)
         if decision.wake_at is not None:
-            actions.wake_at(float(decision.wake_at), lambda v, a: self.decide(v, a))
+            actions.wake_at(float(decision.wake_at), lambda v, a: a.decide_after_events())
 
     def _with_rule_settings(self, decision: Decision) -> Decision:
         """The run's static or energy-optimal setting for every job the policy leaves at the default one."""

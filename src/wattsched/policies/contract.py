@@ -104,6 +104,9 @@ class ClusterView(Protocol):
     def request(self, job: int) -> JobRequest:
         """The job's resource request as in the trace (GPU count, share, CPU, memory, GPU-model mask)."""
 
+    def request_class(self, job: int) -> int:
+        """An id shared by exactly the jobs whose trace requests are equal (cheap to compare)."""
+
     def target(self, job: int) -> Target | None:
         """What a running job holds now (placement, share, setting); None when it holds nothing."""
 
@@ -183,6 +186,10 @@ class Actions(Protocol):
 
     def wake_at(self, time: float, callback: WakeCallback) -> None:
         """Call `callback(view, actions)` at `time` (after completions at that time)."""
+
+    def decide_after_events(self) -> None:
+        """Ask for the scheduler's ``decide`` once every event at the current time (arrivals included) is
+        applied: a round that falls on an arrival time then sees the arriving jobs."""
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI
 from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from .base import PLACEMENT_POLICIES, JobRequest, Placement, PlacementPolicy, gpus_best
@@ -71,6 +72,9 @@ class Plan:
         self.state = view.state.copy()
         self.assign: dict[int, Target] = {}
         self.released: set[int] = set()
+        # Request shapes that found no place in the plan as it is now; cleared whenever the plan frees anything.
+        # A queue of thousands of identical waiting jobs then costs one failed search per shape, not per job.
+        self._failed: set[tuple] = set()
 
     def release(self, job: int) -> None:
         """Free what a running job holds (it will be stopped unless assigned again)."""
@@ -80,6 +84,7 @@ class Plan:
         for node, gpus, cpu, mem in target.placement:
             self.state.release(node, gpus, target.share_milli, cpu, mem)
         self.released.add(job)
+        self._failed.clear()
 
     def restore(self, job: int) -> bool:
         """Undo `release` if what the job held is still free in the plan (then it simply keeps running)."""
@@ -116,6 +121,12 @@ class Plan:
     ) -> Placement | None:
         """Place `job` (at `num_gpu` GPUs if given) with `placement` on the scratch state; None if it fits
         nowhere now."""
+        # The memo (only for policies whose refusal depends on the state alone, not on power, price or
+        # co-runners) is checked before the request is even built: that is most of a failed attempt's cost.
+        memo = placement.monotone_failures
+        key = (placement.name, self.view.request_class(job), num_gpu)
+        if memo and key in self._failed:
+            return None
         req = self.view.request(job)
         if num_gpu is not None:
             req = resized_request(self.view, req, num_gpu)
@@ -123,6 +134,8 @@ class Plan:
         if found is not None:
             share = req.gpu_milli if req.gpu_milli > 0 else MILLI
             self.take(job, Target(found, share, setting))
+        elif memo:
+            self._failed.add(key)
         return found
 
     def place_on(self, job: int, previous: Placement, setting: GpuSetting = DEFAULT_SETTING) -> bool:
@@ -160,22 +173,29 @@ class Consolidated(PlacementPolicy):
         nodes = np.flatnonzero(whole)
         if nodes.size == 0:
             return None
+        share = (req.num_gpu, req.cpu_milli, req.memory_mib)
+        hostable = gang_gpus(spec.gpu_count[nodes], spec.cpu_milli[nodes], spec.memory_mib[nodes], *share)
         switches = spec.switch_id[nodes]
         best = None
         for sw in np.unique(switches).tolist():
-            members = nodes[switches == sw]
-            if int(spec.gpu_count[members].sum()) >= req.num_gpu:
-                key = (int(spec.gpu_count[members].sum()), int(self.rank[members].min()))
+            in_switch = switches == sw
+            members, gpus = nodes[in_switch], int(hostable[in_switch].sum())
+            if gpus >= req.num_gpu:
+                key = (gpus, int(self.rank[members].min()))
                 if best is None or key < best[0]:
                     best = (key, members)
         if best is None:
             return None
         members = best[1][np.argsort(self.rank[best[1]])]
+        # Whole nodes, each taking only as many GPUs as its CPU and memory can serve at the gang's per-GPU share.
+        usable = gang_gpus(spec.gpu_count[members], spec.cpu_milli[members], spec.memory_mib[members], *share)
         allocs = []
         remaining = req.num_gpu
         cpu_left, mem_left = req.cpu_milli, req.memory_mib
-        for node in members.tolist():
-            take = min(int(spec.gpu_count[node]), remaining)
+        for node, can_take in zip(members.tolist(), usable.tolist(), strict=True):
+            take = min(can_take, remaining)
+            if take == 0:
+                continue
             remaining -= take
             cpu = cpu_left if remaining == 0 else int(req.cpu_milli / req.num_gpu * take)
             mem = mem_left if remaining == 0 else int(req.memory_mib / req.num_gpu * take)

@@ -22,6 +22,7 @@ class RequestBook:
     node_mask_by_spec: np.ndarray  # bool [S, N]
     gang: np.ndarray  # bool [J]
     never_fits: np.ndarray  # bool [J]
+    request_class: np.ndarray  # int [J]: equal ids, equal requests (GPU-model mask, GPUs, share, CPU, memory)
 
     @staticmethod
     def build(jobs: JobTable, spec: ClusterSpec) -> RequestBook:
@@ -46,7 +47,7 @@ class RequestBook:
             is_gang = ngpu > 0 and ngpu > max_gpus_by_spec[sid]
             fits = can_ever_fit(spec, mask, int(ngpu), int(milli), int(cpu), int(mem), bool(is_gang))
             never[inverse == c] = not fits
-        return RequestBook(jobs, spec, spec_id, node_mask, gang, never)
+        return RequestBook(jobs, spec, spec_id, node_mask, gang, never, inverse.astype(np.int64))
 
     def request(self, j: int) -> JobRequest:
         jobs = self.jobs

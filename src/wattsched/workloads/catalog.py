@@ -84,13 +84,22 @@ def workload_names() -> list[str]:
     return list(_CATALOG)
 
 
+def _exists(name: str) -> bool:
+    """Whether `name` is an existing path (a file, a directory, anything); False for names no path can have."""
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):  # e.g. a name too long for the file system, or holding a NUL
+        return False
+
+
 def load_workload(
     name: str, data_dir: str | Path | None = None, skip_invalid: bool = False
 ) -> LoadedWorkload:
     name = str(name).strip()
     entry = _CATALOG.get(name)
     if entry is None:
-        if name.lower().endswith(".csv") or Path(name).is_file():
+        if name.lower().endswith(".csv") or _exists(name):
+            # the hardened reader: a directory, a missing or unreadable file, binary bytes -> one InputError
             return read_generic_csv(name, skip_invalid=skip_invalid)
         raise UnknownNameError("workload", name, [*workload_names(), "PATH.csv"])
     path = locate(entry.dataset, entry.relpath, data_dir)

@@ -25,6 +25,8 @@ import pandas as pd
 from ..core.cluster import MILLI
 from ..core.errors import InputError
 from ..core.jobs import JobTable
+from ..perf.catalog import normalise as normalise_model
+from ..perf.tables import gavel_tables, parse_gavel_type
 from .validate import (
     INT64_LIMIT,
     LoadedWorkload,
@@ -508,7 +510,15 @@ def read_gavel(
     """Gavel ``.trace`` (tab-separated, no header; 7-field msr or 10-field physical_cluster layout).
 
     Duration = total_steps / steps-per-second of the job type at its scale factor on ``worker_type``, running
-    alone.
+    alone; a scale factor without a measurement (absent, or 0 in the file) gets the performance model's rate
+    (``perf.tables`` rules: interpolated between measured scale factors, continued as a power law past the
+    largest, ideal scaling when only one is measured), so that a job run alone at its trace scale factor takes
+    its trace duration with or without the performance model.
+
+    ``iterations`` = total_steps; ``batch_size`` = the N of ``(batch size N)`` in the job type (0 when the type
+    has none, e.g. ``A3C``); ``model_name`` = the type's family normalised as the performance catalog keys it
+    (``'ResNet-50 (batch size 64)'`` -> ``'resnet50'``), so the performance model finds Gavel's table for the
+    job's family and batch size.
     """
     path = Path(path)
     data = read_text_bytes(path, "a Gavel .trace file")
@@ -530,16 +540,19 @@ def read_gavel(
     codes, uniq = pd.factorize(pd.MultiIndex.from_frame(pairs))
     rate = np.full(len(uniq), np.nan)
     extrapolated = np.zeros(len(uniq), dtype=bool)
+    modelled = None  # the performance model's tables, loaded only when a scale factor is not measured
     for i, (jt, s) in enumerate(uniq):
         measured = table.get(jt)
         if not measured or s < 1:
             continue
-        if s in measured:
+        if measured.get(s, 0.0) > 0:
             rate[i] = measured[s]
-        else:
-            base = max(k for k in measured if k <= s)
-            rate[i] = measured[base] * s / base  # no measurement: assume ideal scaling from the nearest below
-            extrapolated[i] = True
+            continue
+        if modelled is None:
+            modelled = gavel_tables(worker_type, path=throughputs_path)
+        # (a type with no measured value at all makes gavel_tables raise, naming the type)
+        rate[i] = modelled[jt].throughput(s)
+        extrapolated[i] = True
     row_rate = rate[codes]
     v.flag(np.isnan(row_rate) & (scale >= 1) & ~is_missing(df["job_type"]), "job_type",
            f"no measured throughput for job type {{value!r}} on {worker_type}", job_type)  # fmt: skip
@@ -551,13 +564,21 @@ def read_gavel(
         "not raw Philly data",
         f"duration = total_steps / measured steps/s of the job type at its scale factor on {worker_type}, "
         f"running alone ({Path(throughputs_path).name})",
-        "num_gpu = scale_factor; model_name = job_type; no CPU/memory request (0)",
+        "num_gpu = scale_factor; iterations = total_steps; model_name = the job type's model family, normalised "
+        "('ResNet-50 (batch size 64)' -> 'resnet50'); batch_size = the type's '(batch size N)' (0 when none); "
+        "no CPU/memory request (0)",
     ]
+    # Model family and batch size per distinct job type (a handful of types, not one parse per row).
+    type_codes, types = pd.factorize(pd.Series(job_type, dtype=object))
+    parsed = [parse_gavel_type(str(t)) for t in types]
+    family = np.array([normalise_model(f) for f, _ in parsed] + [""], dtype=object)[type_codes]
+    batch = np.array([b for _, b in parsed] + [0], dtype=np.int64)[type_codes]
     n_extra = int(extrapolated[codes].sum())
     if n_extra:
         notes.append(
-            f"{n_extra} job(s) have a scale factor without a measured throughput: extrapolated linearly "
-            "from the largest measured scale factor below it (ideal scaling)"
+            f"{n_extra} job(s) have a scale factor without a measured throughput: steps/s interpolated or "
+            "extrapolated by the performance model's rules (between measured scale factors, power law past the "
+            "largest, ideal scaling when only one is measured; perf/tables.py)"
         )
     if len(fields) == len(GAVEL_PHYSICAL_FIELDS):
         notes.append("priority_weight and SLO are ignored")
@@ -567,7 +588,7 @@ def read_gavel(
     return _finish(
         v, skip_invalid, path, source or f"gavel/{stem}", notes,
         job_id=_ids(f"{stem}-", lines, 1), submit_s=arrival, duration_s=duration, num_gpu=scale,
-        gpu_milli=milli, model_name=job_type, user=users,
+        gpu_milli=milli, model_name=family, batch_size=batch, iterations=steps, user=users,
     )  # fmt: skip
 
 

@@ -57,8 +57,9 @@ class Gandiva(AllocationPolicy):
     decide_on_arrival = True
     decide_on_completion = True
 
-    def __init__(self, pack: bool = True) -> None:
+    def __init__(self, pack: bool = True, slice_s: float | None = None) -> None:
         self.pack = bool(pack)
+        self.slice_s = float(self.default_round_s if slice_s is None else slice_s)
         self.placement = GandivaAffinity()
         self.packings = 0
 
@@ -67,10 +68,13 @@ class Gandiva(AllocationPolicy):
         self.demand = ctx.jobs.num_gpu.astype(np.int64)
         self.perf = ctx.perf
         self.spec = ctx.spec
+        self.slot_start = np.full(len(ctx.jobs), -np.inf)  # when each job last (re)started by this policy
 
     def parameters(self) -> dict[str, Any]:
         return {
-            "slice_s": "the round length (default 60 s)",
+            "slice_s": self.slice_s,
+            "rotation": "at any decision (round, arrival, completion), a unit that has held its GPUs for a full "
+            "slice yields to the units that waited longest; one (re)started less than a slice ago keeps them",
             "packing": self.pack,
             "pairing": "jobs of equal GPU count, lowest solo utilisation first, if memory fits and the model "
             "predicts a summed normalised throughput > 1 (chosen: Gandiva publishes no threshold)",
@@ -149,7 +153,7 @@ class Gandiva(AllocationPolicy):
             self._unpack(view, plan, running)
             for job in pending.tolist():
                 self._start_single(view, plan, job)
-            return plan.decision(running)
+            return self._mark_starts(view, plan.decision(running))
         units = self._units(view, active)
         # Waited longest since it last ran first; running units count as just run.
         waited = [
@@ -159,7 +163,19 @@ class Gandiva(AllocationPolicy):
             )
             for u in units
         ]
-        order = np.argsort(np.asarray(waited), kind="stable")
+        # Ties (a unit suspended at this very instant, e.g. re-decided after the stops of this slice's rotation)
+        # go to the unit that holds GPUs now: otherwise the rotation is undone at once and both pay a restart.
+        idle = [not any(view.status[j] == STATUS_RUNNING for j in u) for u in units]
+        # A unit (re)started less than a slice ago keeps its GPUs, whatever event calls the policy: otherwise every
+        # stop (which triggers the next decision) rotates the GPUs again and jobs restart without progress.
+        mid_slice = [
+            any(
+                view.status[j] == STATUS_RUNNING and view.now - self.slot_start[j] < self.slice_s - 1e-9
+                for j in u
+            )
+            for u in units
+        ]
+        order = np.lexsort((np.asarray(idle), np.asarray(waited), ~np.asarray(mid_slice)))
         left = capacity
         chosen: list[tuple[int, ...]] = []
         for k in order.tolist():
@@ -173,7 +189,13 @@ class Gandiva(AllocationPolicy):
                 plan.release(job)
         for unit in chosen:
             self._place_unit(view, plan, unit)
-        return plan.decision(running, save_on_stop=True)
+        return self._mark_starts(view, plan.decision(running, save_on_stop=True))
+
+    def _mark_starts(self, view: ClusterView, decision: Decision) -> Decision:
+        for job in decision.assign:
+            if view.status[job] != STATUS_RUNNING:
+                self.slot_start[job] = view.now
+        return decision
 
     def _start_single(self, view: ClusterView, plan: Plan, job: int) -> None:
         previous = view.previous_placement(job)

@@ -37,6 +37,9 @@ class OptimusGreedy(AllocationPolicy):
     needs_models = True
     decide_on_arrival = False
     decide_on_completion = False
+    # The scheduling interval of Pollux's simulator, where this form of Optimus comes from (docs/baselines.md,
+    # Pollux); Optimus' own prototype used 600 s. `--round-s` overrides it.
+    default_round_s = 60.0
 
     def __init__(self) -> None:
         self.placement = Consolidated()

@@ -100,9 +100,15 @@ class Tiresias(AllocationPolicy):
                 plan.place(job, self.placement)
         # GPUs a chosen job could not use (fragmentation) go, in priority order, back to a preempted job that
         # still fits where it was, or to a later pending job.
+        state = plan.state
+        free = float(state.gpu_left_total[state.available].sum()) / 1000.0
         for job in ordered[~chosen].tolist():
+            if self.demand[job] > free:  # cannot fit in what is left: skip the search (queues of thousands)
+                continue
             if view.status[job] == STATUS_RUNNING:
-                plan.restore(job)
+                fitted = plan.restore(job)
             else:
-                plan.place(job, self.placement)
+                fitted = plan.place(job, self.placement) is not None
+            if fitted:
+                free -= self.demand[job]
         return plan.decision(running)

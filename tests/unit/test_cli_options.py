@@ -1,0 +1,248 @@
+"""`wattsched simulate` flags generated from SimulationConfig (cli/options.py): every leaf setting has a flag,
+every flag lands on its setting, and a bad allocation name is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import typer
+import yaml
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+import wattsched.cli.main as cli_main
+from wattsched.cli.main import app
+from wattsched.cli.options import config_options
+from wattsched.experiments.config import SimulationConfig
+
+runner = CliRunner()
+PERFDATA = Path(__file__).resolve().parent.parent / "fixtures" / "perfdata"
+
+# Settings that are mappings or lists: config file only (cli/options.py says so for every such field).
+FILE_ONLY = {"synthetic.gpu_count_mix", "synthetic.share_milli", "synthetic.models"}
+# Settings whose flag is not --<field-name> (named in the field's metadata).
+RENAMED = {"synthetic.num_jobs": "--jobs"}
+
+
+def _scalar(annotation):
+    """The non-None member of an optional annotation; None for a union of several types."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else None
+    return annotation
+
+
+def leaves(model: type[BaseModel], prefix: str = "") -> dict[str, object]:
+    """Dotted path -> annotation of every leaf field, nested models walked."""
+    out: dict[str, object] = {}
+    for name, info in model.model_fields.items():
+        annotation = _scalar(info.annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.update(leaves(annotation, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = annotation
+    return out
+
+
+def simulate_params() -> dict[str, object]:
+    command = typer.main.get_command(app).commands["simulate"]
+    return {opt: p for p in command.params for opt in [*p.opts, *p.secondary_opts]}
+
+
+def expected_flag(path: str) -> str:
+    return RENAMED.get(path, "--" + path.rsplit(".", 1)[-1].replace("_", "-"))
+
+
+def test_every_leaf_setting_has_a_flag_or_is_file_only():
+    all_leaves = leaves(SimulationConfig)
+    assert {"power_states.boot_time_s", "synthetic.num_jobs", "round_s", "gpu_type"} <= set(all_leaves)
+    params = simulate_params()
+    file_only = set()
+    for path, annotation in all_leaves.items():
+        origin = typing.get_origin(annotation)
+        if origin in (dict, list) or annotation in (dict, list):
+            file_only.add(path)
+            continue
+        assert annotation in (str, int, float, bool, datetime) or origin is Literal, (path, annotation)
+        flag = expected_flag(path)
+        assert flag in params, f"config field {path} has no flag {flag}"
+        if annotation is bool:
+            assert "--no-" + flag[2:] in params[flag].secondary_opts, path
+    assert file_only == FILE_ONLY
+    # the generated options are exactly the scalar leaves, with their dotted paths
+    generated = {".".join(o.path): o.flag for o in config_options(SimulationConfig)}
+    assert generated == {p: expected_flag(p) for p in all_leaves if p not in FILE_ONLY}
+
+
+# One non-default value per flag; bool flags are given as --x / --no-x. Two invocations: gpu_power_limit and
+# gpu_sm_clock exclude each other.
+VALUES = {
+    "workload": ("wl.csv", "wl.csv"),
+    "cluster": ("n16g4", "n16g4"),
+    "gpu_type": ("T4", "T4"),
+    "mode": ("packing", "packing"),
+    "queue": ("sjf", "sjf"),
+    "placement": ("first-fit", "first-fit"),
+    "allocation": ("tiresias", "tiresias"),
+    "round_s": ("120", 120.0),
+    "round_on_events": (None, True),
+    "checkpoint_interval_s": ("600", 600.0),
+    "restart_model": ("fixed", "fixed"),
+    "restart_delay_s": ("45", 45.0),
+    "performance": ("tables", "tables"),
+    "assign_models": ("always", "always"),
+    "seed": ("7", 7),
+    "inflate": ("1.1", 1.1),
+    "shuffle": (None, False),
+    "max_jobs": ("9", 9),
+    "skip_invalid": (None, True),
+    "data_dir": ("/data", "/data"),
+    "check_invariants": (None, True),
+    "synthetic.num_jobs": ("33", 33),
+    "synthetic.arrival": ("bursty", "bursty"),
+    "synthetic.mean_interarrival_s": ("60", 60.0),
+    "synthetic.burst_amplitude": ("0.5", 0.5),
+    "synthetic.burst_period_s": ("3600", 3600.0),
+    "synthetic.share_fraction": ("0.1", 0.1),
+    "synthetic.duration_median_s": ("900", 900.0),
+    "synthetic.duration_sigma": ("1", 1.0),
+    "synthetic.duration_min_s": ("30", 30.0),
+    "synthetic.duration_max_s": ("86400", 86400.0),
+    "synthetic.inference_fraction": ("0.4", 0.4),
+    "synthetic.cpu_milli_per_gpu": ("4000", 4000),
+    "synthetic.memory_mib_per_gpu": ("1024", 1024),
+    "synthetic.cpu_only_cpu_milli": ("2000", 2000),
+    "energy": (None, False),
+    "power_model": ("dvfs", "dvfs"),
+    "power_manager": ("idle-timeout", "idle-timeout"),
+    "node_base_w": ("150", 150.0),
+    "pue": ("1.2", 1.2),
+    "power_states.boot_time_s": ("100", 100.0),
+    "power_states.shutdown_time_s": ("30", 30.0),
+    "power_states.off_power_w": ("5", 5.0),
+    "power_states.idle_timeout_s": ("300", 300.0),
+    "power_states.forecast_interval_s": ("900", 900.0),
+    "power_states.forecast_history_s": ("7200", 7200.0),
+    "power_states.forecast_season_s": ("43200", 43200.0),
+    "power_states.forecast_buffer_frac": ("0.3", 0.3),
+    "region": ("US-CAL-CISO", "US-CAL-CISO"),
+    "year": ("2022", 2022),
+    "align": ("offset", "offset"),
+    "grid_start": ("2023-03-01T00:00:00", datetime(2023, 3, 1)),
+    "wrap": ("error", "error"),
+    "carbon_kind": ("lca", "lca"),
+    "signal_max_gap_hours": ("3", 3),
+    "signal_fill": ("hold", "hold"),
+    "governor": ("energy-optimal", "energy-optimal"),
+}
+EXCLUSIVE = {"gpu_power_limit": ("0.8", 0.8), "gpu_sm_clock": ("0.7", 0.7)}
+
+
+def _args(values: dict[str, tuple]) -> list[str]:
+    args = []
+    for path, (text, expected) in values.items():
+        flag = expected_flag(path)
+        if text is None:  # a boolean switch
+            args.append(flag if expected else "--no-" + flag[2:])
+        else:
+            args += [flag, text]
+    return args
+
+
+def _get(cfg: SimulationConfig, path: str):
+    value = cfg
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@pytest.mark.parametrize("exclusive", list(EXCLUSIVE))
+def test_every_flag_value_reaches_its_setting(monkeypatch, exclusive):
+    covered = set(VALUES) | set(EXCLUSIVE) | FILE_ONLY
+    assert covered == set(leaves(SimulationConfig))  # a new setting needs a value here
+    seen = {}
+    monkeypatch.setattr(cli_main, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
+    values = {**VALUES, exclusive: EXCLUSIVE[exclusive]}
+    result = runner.invoke(app, ["simulate", "--quiet", *_args(values)])
+    assert result.exit_code == 0, result.output
+    cfg = seen["cfg"]
+    for path, (_, expected) in values.items():
+        assert _get(cfg, path) == expected, path
+        assert _get(cfg, path) != _get(SimulationConfig(), path), f"{path}: value equals the default"
+    other = next(k for k in EXCLUSIVE if k != exclusive)
+    assert _get(cfg, other) is None
+
+
+def test_flags_override_the_config_file_and_unset_flags_leave_it(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(cli_main, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
+    path = tmp_path / "cfg.yaml"
+    path.write_text("round_s: 90\npower_states:\n  boot_time_s: 50\n  shutdown_time_s: 20\nshuffle: false\n")
+    result = runner.invoke(app, ["simulate", "--config", str(path), "--boot-time-s", "75", "--quiet"])
+    assert result.exit_code == 0, result.output
+    cfg = seen["cfg"]
+    assert cfg.round_s == 90.0 and cfg.shuffle is False
+    assert (cfg.power_states.boot_time_s, cfg.power_states.shutdown_time_s) == (75.0, 20.0)
+
+
+def test_flags_reach_the_resolved_config_of_a_run(tmp_path):
+    out = tmp_path / "run"
+    args = ["simulate", "--jobs", "12", "--allocation", "tiresias", "--round-s", "120", "--gpu-type", "T4"]
+    args += [
+        "--data-dir",
+        str(PERFDATA),
+        "--boot-time-s",
+        "100",
+        "--no-shuffle",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())
+    assert resolved["round_s"] == 120.0 and resolved["gpu_type"] == "T4"
+    assert resolved["allocation"] == "tiresias" and resolved["synthetic"]["num_jobs"] == 12
+    assert resolved["power_states"]["boot_time_s"] == 100.0 and resolved["shuffle"] is False
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policies"]["allocation"]["name"] == "tiresias" and summary["policies"]["round_s"] == 120.0
+    assert summary["jobs_submitted"] == 12
+
+
+def test_unknown_allocation_is_one_error_line(tmp_path):
+    result = runner.invoke(
+        app, ["simulate", "--jobs", "5", "--allocation", "nope", "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unknown allocation policy 'nope'"), result.stderr
+    for name in ("gandiva", "optimus-greedy", "tiresias", "zeus-pl"):
+        assert name in lines[0]
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "nope"], "error: command line: field 'mode': Input should be 'temporal' or 'packing'"),
+        (["--round-s", "-5"], "error: command line: field 'round_s': Input should be greater than 0"),
+        (
+            ["--boot-time-s", "-1"],
+            "error: command line: field 'power_states.boot_time_s': Input should be greater",
+        ),
+        (["--gpu-power-limit", "0.8"], "gpu_power_limit, gpu_sm_clock and governor need power_model: dvfs"),
+        (["--gpu-type", "X9"], "error: unknown GPU model 'X9'; valid GPU models: A10"),
+    ],
+)
+def test_bad_flag_values_are_one_error_line(tmp_path, args, message):
+    result = runner.invoke(app, ["simulate", "--jobs", "5", *args, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
