@@ -109,6 +109,11 @@ class Simulator:
         self.scheduler = scheduler
         self.state = ClusterState(spec)
         self.book = RequestBook.build(jobs, spec)
+        # Plain-list copies for the per-start target check (numpy scalar indexing costs more than the check).
+        self._gpu_count_list = spec.gpu_count.tolist()
+        self._num_gpu_list = jobs.num_gpu.tolist()
+        self._spec_id_list = self.book.spec_id.tolist()
+        self._mask_lists = [m.tolist() for m in self.book.node_mask_by_spec]
         self.perf = perf if perf is not None else PerformanceModel(jobs, spec, job_gpu_load(jobs))
         self.power = power
         self.power_meter = power_meter
@@ -383,29 +388,31 @@ class Simulator:
     def _check_target(self, job: int, target: Target) -> None:
         """Refuse a malformed target before anything is allocated (ClusterState.allocate checks capacity only:
         a repeated GPU, a negative index or a share outside 1..1000 would corrupt the accounting)."""
-        spec = self.spec
         milli = int(target.share_milli)
         if not 0 < milli <= MILLI:
             raise self._invalid(job, f"GPU share {milli} milli-GPU is outside 1..{MILLI}")
-        gpu_job = self.jobs.num_gpu[job] > 0
-        mask = self.book.node_mask_by_spec[self.book.spec_id[job]]
+        gpu_job = self._num_gpu_list[job] > 0
+        mask = self._mask_lists[self._spec_id_list[job]]
+        gpu_count, num_nodes = self._gpu_count_list, len(self._gpu_count_list)
         seen: set[tuple[int, int]] = set()
         for node, gpus, cpu, mem in target.placement:
-            if not 0 <= node < spec.num_nodes:
-                raise self._invalid(job, f"node {node} does not exist ({spec.num_nodes} nodes)")
-            name = spec.node_names[node]
+            if not 0 <= node < num_nodes:
+                raise self._invalid(job, f"node {node} does not exist ({num_nodes} nodes)")
             if cpu < 0 or mem < 0:
-                raise self._invalid(job, f"negative CPU or memory on node {name}")
+                raise self._invalid(job, f"negative CPU or memory on node {self.spec.node_names[node]}")
             for g in gpus:
-                if not 0 <= g < spec.gpu_count[node]:
+                if not 0 <= g < gpu_count[node]:
                     raise self._invalid(
-                        job, f"GPU {g} does not exist on node {name} ({spec.gpu_count[node]} GPUs)"
+                        job,
+                        f"GPU {g} does not exist on node {self.spec.node_names[node]} ({gpu_count[node]} GPUs)",
                     )
                 if (node, g) in seen:
-                    raise self._invalid(job, f"GPU {g} of node {name} is listed twice")
+                    raise self._invalid(job, f"GPU {g} of node {self.spec.node_names[node]} is listed twice")
                 seen.add((node, g))
             if gpus and gpu_job and not mask[node]:
-                raise self._invalid(job, f"node {name} has a GPU model the job does not accept")
+                raise self._invalid(
+                    job, f"node {self.spec.node_names[node]} has a GPU model the job does not accept"
+                )
         if gpu_job and not seen:
             raise self._invalid(job, "a GPU job was given no GPU")
         if seen:

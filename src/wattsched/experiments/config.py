@@ -150,10 +150,6 @@ def _read_config(path: str | Path) -> tuple[dict[str, Any], str]:
     return _parse_config(path, text), text
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    return _read_config(path)[0]
-
-
 def resolve_config(file: str | Path | None, overrides: dict[str, Any]) -> SimulationConfig:
     """Settings from `file` (if any) with `overrides` (CLI flags that were given) on top, validated."""
     data, text = _read_config(file) if file else ({}, "")

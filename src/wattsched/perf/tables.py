@@ -283,13 +283,9 @@ def _cell(path: Path, line: int, column: str, text: str) -> float:
         value = float(text)
     except ValueError:
         raise InputError(path, line, column, f"not a number: {_one_line(text)!r}") from None
-    if math.isnan(value) or value == 0:
-        return math.nan
-    if not math.isfinite(value) or value < 0:
-        raise InputError(
-            path, line, column, f"throughput must be positive (or nan/0 = not measured), got {text}"
-        )
-    return value
+    return _measured(
+        value, lambda: InputError(path, line, column, f"{_POSITIVE} (or nan/0 = not measured), got {text}")
+    )
 
 
 # -- ElasticFlow ---------------------------------------------------------------------------------------------
@@ -419,12 +415,21 @@ def _gavel_value(path: Path, worker: str, where: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(path, None, worker, f"{where}: expected a number, got {_one_line(value)!r}")
     value = float(value)
+    return _measured(
+        value,
+        lambda: InputError(path, None, worker, f"{where}: {_POSITIVE} (or 0 = not measured), got {value}"),
+    )
+
+
+_POSITIVE = "throughput must be positive"
+
+
+def _measured(value: float, error) -> float:
+    """A throughput cell: NaN or 0 mean "not measured" (NaN); negative or infinite is the input's error."""
     if math.isnan(value) or value == 0:
         return math.nan
     if not math.isfinite(value) or value < 0:
-        raise InputError(
-            path, None, worker, f"{where}: throughput must be positive (or 0 = not measured), got {value}"
-        )
+        raise error()
     return value
 
 
