@@ -87,7 +87,7 @@ class EnergyLedger(Observer):
     def _allocations(self, sim: Simulator):
         """Flatten the allocation log into per-node and per-GPU holding intervals (job order, then time)."""
         width = max(sim.spec.max_gpus_per_node, 1)
-        rows = sim.log.intervals(self.t_end)
+        rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load"))
         placements = sim.log.placements
         # Typed arrays, not lists of tuples: 10^6 jobs would otherwise cost hundreds of MB of Python objects.
         node_iv, node_id, node_cpu, gpu_iv, gpu_id = (array("q") for _ in range(5))

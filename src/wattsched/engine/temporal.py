@@ -109,10 +109,8 @@ class Simulator:
         self.scheduler = scheduler
         self.state = ClusterState(spec)
         self.book = RequestBook.build(jobs, spec)
-        # Plain-list copies for the per-start target check (numpy scalar indexing costs more than the check).
+        # Plain-list copies (per node, not per job) for the per-start target check.
         self._gpu_count_list = spec.gpu_count.tolist()
-        self._num_gpu_list = jobs.num_gpu.tolist()
-        self._spec_id_list = self.book.spec_id.tolist()
         self._mask_lists = [m.tolist() for m in self.book.node_mask_by_spec]
         self.perf = perf if perf is not None else PerformanceModel(jobs, spec, job_gpu_load(jobs))
         self.power = power
@@ -391,8 +389,8 @@ class Simulator:
         milli = int(target.share_milli)
         if not 0 < milli <= MILLI:
             raise self._invalid(job, f"GPU share {milli} milli-GPU is outside 1..{MILLI}")
-        gpu_job = self._num_gpu_list[job] > 0
-        mask = self._mask_lists[self._spec_id_list[job]]
+        gpu_job = self.jobs.num_gpu[job] > 0
+        mask = self._mask_lists[self.book.spec_id[job]]
         gpu_count, num_nodes = self._gpu_count_list, len(self._gpu_count_list)
         seen: set[tuple[int, int]] = set()
         for node, gpus, cpu, mem in target.placement:

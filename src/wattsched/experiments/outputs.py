@@ -38,11 +38,31 @@ def placement_strings(placements: list[Placement | None], spec: ClusterSpec) -> 
     return out
 
 
+# Rows converted to Arrow at a time: a table of 10^6 jobs converted whole would double the run's peak memory.
+WRITE_CHUNK_ROWS = 1 << 18
+
+
+def _arrow_chunks(df: pd.DataFrame):
+    for start in range(0, max(len(df), 1), WRITE_CHUNK_ROWS):
+        yield pa.Table.from_pandas(df.iloc[start : start + WRITE_CHUNK_ROWS], preserve_index=False)
+
+
 def write_table(df: pd.DataFrame, stem: Path) -> None:
-    """`stem`.parquet and `stem`.csv, each atomically."""
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    write_with(stem.with_suffix(".parquet"), lambda p: pq.write_table(table, p))
-    write_with(stem.with_suffix(".csv"), lambda p: pacsv.write_csv(table, p))
+    """`stem`.parquet and `stem`.csv, each atomically, converted and written in chunks of rows."""
+    schema = pa.Schema.from_pandas(df, preserve_index=False)
+
+    def parquet(path: Path) -> None:
+        with pq.ParquetWriter(path, schema) as writer:
+            for chunk in _arrow_chunks(df):
+                writer.write_table(chunk.cast(schema))
+
+    def csv(path: Path) -> None:
+        with pacsv.CSVWriter(path, schema) as writer:
+            for chunk in _arrow_chunks(df):
+                writer.write_table(chunk.cast(schema))
+
+    write_with(stem.with_suffix(".parquet"), parquet)
+    write_with(stem.with_suffix(".csv"), csv)
 
 
 def write_run_dir(

@@ -221,7 +221,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
             **outcome.log.job_stats(len(jobs), sim.now),
         }
     )
-    jobs_df = pd.DataFrame(cols)
+    jobs_df = pd.DataFrame(cols, copy=False)  # 10^6 jobs: no second copy of every column
     done = outcome.status == STATUS_DONE
     span = recorder.last_time - recorder.first_time
     metrics = {
