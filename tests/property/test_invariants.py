@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import make_cluster, make_jobs, make_sim, simulate_energy
+from tests.unit.test_buddy import buddy_fits
 from wattsched.core.capacity import gang_gpus
 from wattsched.core.cluster import MILLI, ClusterState
 from wattsched.core.states import STATUS_DONE, STATUS_UNSCHEDULABLE
@@ -13,6 +14,7 @@ from wattsched.engine.observers import Observer
 from wattsched.engine.packing import run_packing
 from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from wattsched.policies.base import PlacementPolicy, feasible_nodes
+from wattsched.policies.buddy import Buddy
 from wattsched.policies.planning import Consolidated
 from wattsched.policies.requests import RequestBook
 
@@ -80,13 +82,18 @@ def fits_somewhere_now(state: ClusterState, req, policy) -> bool:
     """Whether `req` could be placed on `state`: the shared filter for a pod on one node; for a gang, the shared
     gang capacity check (core.capacity.gang_gpus: GPUs each node can host at the gang's per-GPU CPU and memory)
     over the nodes the policy's gang rule may use: any eligible node with a free GPU, or for `consolidated` whole
-    free eligible nodes under one switch."""
+    free eligible nodes under one switch. `buddy` is checked by the brute-force oracle of tests/unit/test_buddy.py
+    where its own rules apply, and as `consolidated` where it falls back to it."""
+    if isinstance(policy, Buddy):
+        fits = buddy_fits(state, req)
+        if fits is not None:
+            return fits
     if not req.gang:
         return bool(feasible_nodes(state, req).any())
     spec = state.spec
     share = (req.num_gpu, req.cpu_milli, req.memory_mib)
     usable = gang_gpus(state.free_gpus, state.cpu_left, state.mem_left, *share)
-    if type(policy).place_gang is Consolidated.place_gang:
+    if type(policy).place_gang is Consolidated.place_gang or isinstance(policy, Buddy):
         whole = req.node_mask & state.available & (state.free_gpus == spec.gpu_count) & (spec.gpu_count > 0)
         whole &= (state.cpu_left == spec.cpu_milli) & (state.mem_left == spec.memory_mib)
         return any(

@@ -92,6 +92,7 @@ VALUES = {
     "allocation": ("tiresias", "tiresias"),
     "round_s": ("120", 120.0),
     "round_on_events": (None, True),
+    "energy_budget_kwh": ("250", 250.0),
     "checkpoint_interval_s": ("600", 600.0),
     "restart_model": ("fixed", "fixed"),
     "restart_delay_s": ("45", 45.0),

@@ -44,6 +44,9 @@ class SimulationConfig(BaseModel):
     round_on_events: bool | None = Field(
         None, description="also decide on arrivals and completions [default: as the policy says]"
     )
+    energy_budget_kwh: float | None = Field(
+        None, gt=0, description="energy budget of the whole run for budget-aware policies (powerflow)"
+    )
     checkpoint_interval_s: float = Field(
         0.0, ge=0, description="jobs checkpoint this often; a stop loses progress since (0: none lost)"
     )

@@ -151,7 +151,8 @@ def build_scheduler(cfg: SimulationConfig, setting_rule) -> Scheduler:
     if cfg.allocation is not None:
         policy = ALLOCATION_POLICIES.create(cfg.allocation)
         round_s = cfg.round_s or policy.default_round_s or DEFAULT_ROUND_S
-        return RoundScheduler(policy, round_s, cfg.round_on_events, cfg.round_on_events, setting_rule)
+        params = {"energy_budget_kwh": cfg.energy_budget_kwh, "round_s": round_s}
+        return RoundScheduler(policy, round_s, cfg.round_on_events, cfg.round_on_events, setting_rule, params)
     queue = QUEUE_POLICIES.create(cfg.queue)
     return QueuePlacementScheduler(queue, PLACEMENT_POLICIES.create(cfg.placement), setting_rule)
 

@@ -1,6 +1,7 @@
 """Policies register themselves by name on import; importing this package loads every built-in policy."""
 
 from . import allocation as _allocation  # noqa: F401  (registers the allocation policies)
+from . import buddy as _buddy  # noqa: F401  (registers buddy)
 from . import fgd as _fgd  # noqa: F401  (registers fgd)
 from . import placement as _placement  # noqa: F401  (registers placement baselines)
 from . import planning as _planning  # noqa: F401  (registers consolidated placement)

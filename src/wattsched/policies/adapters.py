@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -145,6 +146,7 @@ class RoundScheduler(Scheduler):
         on_arrival: bool | None = None,
         on_completion: bool | None = None,
         setting_rule: SettingRule | None = None,
+        params: dict[str, Any] | None = None,
     ):
         if not (round_s > 0 and math.isfinite(round_s)):
             raise ValueError(f"round_s must be a positive number of seconds, got {round_s}")
@@ -154,12 +156,13 @@ class RoundScheduler(Scheduler):
         self.decide_on_arrival = policy.decide_on_arrival if on_arrival is None else bool(on_arrival)
         self.decide_on_release = policy.decide_on_completion if on_completion is None else bool(on_completion)
         self.setting_rule = setting_rule
+        self.params = dict(params or {})  # run-level settings the policy may read (BindContext.params)
         self.rounds = 0
         self.decisions = 0
         self._origin = 0.0
 
     def bind(self, ctx: BindContext) -> None:
-        self.policy.bind(ctx)
+        self.policy.bind(replace(ctx, params={**ctx.params, **self.params}))
         self._model_names = ctx.spec.gpu_models
         self._model_code = ctx.spec.gpu_model_code
 

@@ -2,5 +2,6 @@
 
 from . import gandiva as _gandiva  # noqa: F401
 from . import optimus as _optimus  # noqa: F401
+from . import powerflow as _powerflow  # noqa: F401
 from . import tiresias as _tiresias  # noqa: F401
 from . import zeus as _zeus  # noqa: F401
