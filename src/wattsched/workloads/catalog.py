@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from ..core.errors import UnknownNameError
 from ..data.registry import locate
@@ -51,10 +53,13 @@ class _Entry:
     reader: Callable[..., LoadedWorkload]
     gavel: bool = False
     needs_data_dir: bool = False  # the reader loads other dataset files (e.g. throughput tables)
+    vc: str | None = None  # keep only this Philly virtual cluster's jobs (its `cluster` column)
 
 
 def _entries() -> dict[str, _Entry]:
     out: dict[str, _Entry] = {"philly": _Entry("philly-pollux", "philly.csv", read_philly)}
+    for vc in GAVEL_MSR_VCS:  # Philly's virtual clusters (ElasticFlow and PowerFlow evaluate VC 103959)
+        out[f"philly/vc-{vc}"] = _Entry("philly-pollux", "philly.csv", read_philly, vc=vc)
     for lst in ALIBABA_LISTS:
         out[f"alibaba-v2023/{lst}"] = _Entry(
             "alibaba-gpu-v2023", f"csv/openb_pod_list_{lst}.csv", read_alibaba_pods
@@ -109,4 +114,11 @@ def load_workload(
         return read_gavel(path, throughputs, skip_invalid=skip_invalid, source=name, user=user)
     if entry.needs_data_dir:
         return entry.reader(path, skip_invalid=skip_invalid, source=name, data_dir=data_dir)
-    return entry.reader(path, skip_invalid=skip_invalid, source=name)
+    loaded = entry.reader(path, skip_invalid=skip_invalid, source=name)
+    if entry.vc is not None:
+        jobs = loaded.jobs.subset(np.flatnonzero(np.asarray(loaded.jobs.user, dtype=str) == entry.vc))
+        jobs.notes.append(
+            f"jobs of Philly virtual cluster {entry.vc} only ({len(jobs)} of {len(loaded.jobs)})"
+        )
+        loaded = replace(loaded, jobs=jobs)
+    return loaded

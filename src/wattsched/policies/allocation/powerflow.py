@@ -14,7 +14,8 @@ of its greedy, and the reconstruction) and docs/powerflow.md (every rule chosen 
 5. **Budget pacer.** pace = (budget − energy used so far) / work left, in joules per reference GPU-second (a job's
    work at its trace configuration: one GPU-second per GPU per second). A proposed allocation's cluster power
    (static draw now + the jobs' dynamic GPU power) divided by its work rate must stay within the pace; a step that
-   would push it above the pace is not taken unless it lowers that ratio. Steps 4 go first when the pace is tight
+   would push it above the pace is not taken unless it lowers that ratio or its marginal power per marginal work
+   is within the pace. Steps 4 go first when the pace is tight
    (clocks fall back to the energy-optimal ones before any GPU is withheld).
 6. **Placement.** Buddy allocation with network packing (``policies/buddy.py``); a job that cannot be placed at its
    new size keeps its old placement.
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.gpus import gpu_model
 from ...core.states import STATUS_RUNNING
 from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, sm_clock_range
 from ..base import PLACEMENT_POLICIES
@@ -74,6 +76,8 @@ class PowerFlow(AllocationPolicy):
             self.ref_gpu_s_per_unit[j] = trace / rate if rate > 0 else 0.0
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
+        self._top: dict[int, int] = {}
+        self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
         self.pace_history: list[float] = []
 
     def parameters(self) -> dict[str, Any]:
@@ -122,12 +126,14 @@ class PowerFlow(AllocationPolicy):
         return found
 
     def _idle_w(self, code: int) -> float:
-        from ...core.gpus import gpu_model
-
-        return gpu_model(self.spec.gpu_models[code]).idle_w
+        return self._idle_by_code[code]
 
     def _levels(self, job: int, capacity: int) -> list[int]:
-        top = min(self.perf.max_gpus(job, int(self.codes[job])), capacity)
+        """GPU counts the job may get: powers of two up to its table's largest measured count and `capacity`."""
+        top = self._top.get(job)
+        if top is None:
+            top = self._top[job] = self.perf.max_gpus(job, int(self.codes[job]))
+        top = min(top, capacity)
         levels, n = [], 1
         while n <= top:
             levels.append(n)
@@ -327,7 +333,10 @@ class _Greedy:
         w1, d1 = self._work_rate_and_power(job, new_gpus, new_clock)
         before = self._ratio(self.work, self.power)
         after = self._ratio(self.work - w0 + w1, self.power - d0 + d1)
-        return after <= self.pace or after <= before
+        # Within the pace on average, or cheaper on average than before, or paying for itself at the margin
+        # (extra power per extra work rate within the pace: the static draw is paid whatever the step).
+        marginal = (d1 - d0) / (w1 - w0) if w1 > w0 else math.inf
+        return after <= self.pace or after <= before or marginal <= self.pace
 
     def _apply(self, job: int, gpus: int, clock: int, new_gpus: int, new_clock: int) -> None:
         w0, d0 = self._work_rate_and_power(job, gpus, clock)

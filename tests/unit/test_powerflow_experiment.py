@@ -1,0 +1,135 @@
+"""The powerflow experiment (issue 8 item 3): equal-energy runs, sweeps, outputs and the CLI, on the tiny Pollux
+fixture (tests/fixtures/perfdata: 6 jobs, T4 tables, n16g4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from wattsched.cli.experiment import experiment_app
+from wattsched.core.errors import UnknownNameError, WattschedError
+from wattsched.experiments.powerflow import (
+    LABEL,
+    RESULT_COLUMNS,
+    SWEEP_COLUMNS,
+    budget_fractions,
+    budget_status,
+    check_baselines,
+    prepare,
+    run_experiment,
+)
+
+PERFDATA = Path(__file__).resolve().parent.parent / "fixtures" / "perfdata"
+ARGS = {"workload": "pollux/workload-1", "cluster": "n16g4", "gpu_type": "T4", "data_dir": PERFDATA}
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pf")
+    return run_experiment(
+        **ARGS, seeds=1, baselines=["fifo", "optimus-greedy"], budget_points=3, out=out, workers=2
+    )
+
+
+def test_outputs_and_columns(experiment):
+    out = experiment.out
+    for name in ("results.csv", "sweep.csv", "runs.csv", "summary.md", "jct_vs_energy.png", "jct_ratio.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    results = pd.read_csv(out / "results.csv")
+    assert list(results.columns) == list(RESULT_COLUMNS)
+    assert results.baseline.tolist() == ["fifo", "optimus-greedy"] and results.seed.tolist() == [42, 42]
+    sweep = pd.read_csv(out / "sweep.csv")
+    assert list(sweep.columns) == list(SWEEP_COLUMNS)
+    caps = sweep[sweep.kind == "clock-cap"]
+    assert sorted(set(caps.policy)) == ["fifo", "optimus-greedy"]
+    assert sorted(caps.sm_clock_cap.unique(), reverse=True) == [1.0, 0.9, 0.8, 0.7, 0.6]
+    budgets = sweep[sweep.kind == "budget"]
+    assert budgets.budget_fraction.tolist() == [0.6, 0.9, 1.2]
+    top = results.energy_kwh_baseline.max()
+    np.testing.assert_allclose(budgets.budget_kwh, [0.6 * top, 0.9 * top, 1.2 * top], rtol=1e-6)
+    assert (sweep[sweep.kind == "no-budget"].policy == "powerflow").all()
+    assert len(experiment.runs) == 2 * 5 + 2 + 3 + 1
+
+
+def test_ratios_and_budgets(experiment):
+    r = experiment.results  # in memory: exact
+    np.testing.assert_array_equal(r.jct_ratio, r.mean_jct_s_baseline / r.mean_jct_s_powerflow)
+    np.testing.assert_array_equal(r.p95_jct_ratio, r.p95_jct_s_baseline / r.p95_jct_s_powerflow)
+    # Every PowerFlow run's budget, as the policy reports it, is its baseline's measured energy.
+    np.testing.assert_array_equal(r.budget_kwh, r.energy_kwh_baseline)
+    for rec in experiment.runs:
+        if rec.task.kind == "equal":
+            base = next(
+                b
+                for b in experiment.runs
+                if b.task.kind == "baseline" and b.task.policy == rec.task.baseline and b.task.cap == 1.0
+            )
+            assert rec.budget_seen_kwh == base.energy_kwh
+    np.testing.assert_allclose(
+        r.budget_error_pct, 100 * (r.energy_kwh_powerflow - r.budget_kwh) / r.budget_kwh, rtol=1e-12
+    )
+    assert set(r.budget_status) <= {"within", "over", "under", "under: cannot use more"}
+    # FIFO and the others run on the same job model: iterations from the tables, one model assignment.
+    assert experiment.summary["models_identical"]
+    assert len(set(pd.read_csv(experiment.out / "runs.csv").model_digest)) == 1
+
+
+def test_summary_mentions_reconstruction_and_targets(experiment):
+    text = (experiment.out / "summary.md").read_text()
+    assert LABEL in text and "reconstruction" in text
+    assert "1.57-3.39x" in text and "1.5x" in text
+    assert "Wall time" in text and "What differs from the paper's setup" in text
+    for b in ("fifo", "optimus-greedy"):
+        assert f"vs {b}: mean JCT ratio" in text
+
+
+def test_budget_rules():
+    assert budget_fractions(7) == [0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]
+    assert budget_fractions(1) == [1.0]
+    with pytest.raises(WattschedError, match="budget-points"):
+        budget_fractions(0)
+    assert budget_status(1.5, 100, 120) == "within"
+    assert budget_status(-1.9, 100, 120) == "within"
+    assert budget_status(3.0, 100, 120) == "over"
+    assert budget_status(-10.0, 100, 90) == "under: cannot use more"
+    assert budget_status(-10.0, 100, 110) == "under"
+
+
+def test_bad_settings_fail_before_any_run():
+    with pytest.raises(UnknownNameError, match="unknown baseline 'sjf'"):
+        check_baselines(["fifo", "sjf"])
+    with pytest.raises(UnknownNameError):
+        check_baselines(["powerflow"])  # not a baseline of itself
+    assert check_baselines(["tiresias", "fifo", "tiresias"]) == ["tiresias", "fifo"]
+    with pytest.raises(WattschedError, match="outside the range"):
+        prepare(**ARGS, caps=[0.3])
+    with pytest.raises(WattschedError, match="seeds"):
+        prepare(**ARGS, seeds=0)
+    prep = prepare(**ARGS, caps=[0.8])
+    assert prep.caps == [1.0, 0.8] and prep.jobs == 6
+
+
+def test_cli_unknown_baseline_is_one_error_line():
+    result = CliRunner().invoke(
+        experiment_app,
+        ["powerflow", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--baselines", "fifo,nope"],
+    )
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "unknown baseline 'nope'" in lines[0]
+
+
+def test_cli_small_run(tmp_path):
+    out = tmp_path / "pf"
+    args = ["powerflow", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--gpu-type", "T4"]
+    args += ["--seeds", "1", "--baselines", "fifo", "--budget-points", "2", "--caps", "1.0,0.7"]
+    args += ["--workers", "1", "--data-dir", str(PERFDATA), "--out", str(out), "--quiet"]
+    result = CliRunner().invoke(experiment_app, args)
+    assert result.exit_code == 0, result.output
+    assert "vs fifo: mean JCT ratio" in result.output
+    assert len(pd.read_csv(out / "results.csv")) == 1
+    assert len(pd.read_csv(out / "sweep.csv")) == 2 + 2 + 1
