@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import require_real_file
 from wattsched.core.errors import DataNotFoundError, InputError, UnknownNameError
 from wattsched.core.jobs import INFERENCE, TRAINING, JobTable
 from wattsched.energy.dvfs import DEFAULT_SETTING
@@ -646,3 +647,11 @@ def test_real_gavel_msr_total():
         )
         total += len(w.jobs)
     assert total == 15_264
+
+
+def test_philly_virtual_cluster_workload_keeps_only_that_vcs_jobs():
+    root = require_real_file("philly-pollux", "philly.csv").parent.parent
+    loaded = load_workload("philly/vc-103959", data_dir=root)
+    assert len(loaded.jobs) == 1934  # ElasticFlow's VC (docs/seed-systems.md §2)
+    assert set(np.asarray(loaded.jobs.user, dtype=str)) == {"103959"}
+    assert "virtual cluster 103959" in loaded.jobs.notes[-1]
