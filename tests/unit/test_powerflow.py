@@ -93,7 +93,7 @@ class _StubPolicy:
     """Just enough of PowerFlow for its greedy: one clock option per GPU count, hand-set rates and power."""
 
     def __init__(self, rates: dict[tuple[int, int], float], dyn_w_per_gpu: float, pace: float):
-        self.rates, self.dyn, self.pace_value = rates, dyn_w_per_gpu, pace
+        self.rates, self.dyn = rates, dyn_w_per_gpu
         self.budget_j = math.inf if math.isinf(pace) else 1.0
         self.ref_gpu_s_per_unit = {0: 1.0, 1: 1.0}
         self.codes = {0: 0, 1: 0}
@@ -106,9 +106,6 @@ class _StubPolicy:
 
     def _idle_w(self, code):
         return 0.0
-
-    def _pace(self, view):
-        return self.pace_value
 
 
 class _StubView:
@@ -126,7 +123,7 @@ def test_greedy_refuses_a_doubling_that_breaks_the_pace(pace, expected):
     # Doubling job 1 keeps the ratio at 100 (allowed at pace 100); doubling job 0 raises it above 100.
     rates = {(0, 1): 1.0, (0, 2): 1.05, (0, 4): 1.08, (1, 1): 1.0, (1, 2): 2.0, (1, 4): 4.0}
     greedy = powerflow._Greedy(_StubPolicy(rates, 100.0, pace), _StubView(), {}, {0: 100.0, 1: 100.0}, 8)
-    greedy.run([0, 1])
+    greedy.run([0, 1], pace)
     assert greedy.gpus == expected
     if not math.isinf(pace):
         assert greedy._ratio(greedy.work, greedy.power) <= pace + 1e-9

@@ -77,6 +77,8 @@ class PowerFlow(AllocationPolicy):
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
         self._top: dict[int, int] = {}
+        self._last_signature: tuple[bytes, bytes] | None = None
+        self._last_pace = math.nan
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
         self.pace_history: list[float] = []
 
@@ -147,6 +149,13 @@ class PowerFlow(AllocationPolicy):
         pending = pending[self.jobs.num_gpu[pending] > 0]
         if running.size == 0 and pending.size == 0:
             return Decision()
+        # A round with the same jobs running and waiting as at the last decision, and a pace within 1 % of that
+        # decision's, has nothing new to decide: the greedy starts from what jobs hold, and no GPU was freed.
+        signature = (running.tobytes(), pending.tobytes())
+        pace = self._pace(view)
+        if signature == self._last_signature and _close(pace, self._last_pace):
+            return Decision(keep=running)
+        self._last_signature, self._last_pace = signature, pace
         capacity = int(view.spec.gpu_count[view.state.available].sum())
         rem_p = view.remaining_work(pending)
         admitted = running.tolist()
@@ -159,7 +168,7 @@ class PowerFlow(AllocationPolicy):
             zip(admitted, view.remaining_work(np.asarray(admitted, dtype=np.int64)).tolist(), strict=True)
         )
         state = _Greedy(self, view, held, remaining, capacity)
-        state.run(admitted)
+        state.run(admitted, pace)
         return self._place(view, running, state.gpus, state.setting)
 
     def _pace(self, view: ClusterView) -> float:
@@ -237,7 +246,7 @@ class _Greedy:
         _, rates, dyn = self.p._options_at(job, gpus)
         return rates[clock] * self.p.ref_gpu_s_per_unit[job], dyn[clock]
 
-    def run(self, admitted: list[int]) -> None:
+    def run(self, admitted: list[int], pace: float) -> None:
         view, p = self.view, self.p
         levels = {j: p._levels(j, self.capacity) for j in admitted}
         for j in admitted:
@@ -260,7 +269,6 @@ class _Greedy:
                 code = int(p.codes[j])
                 running_dyn += h * (p.perf.gpu_power_w(j, code, now.setting) - p._idle_w(code))
             self.static_w = max(view.power_w() - running_dyn, 0.0)
-        pace = p._pace(view)
         work = power = 0.0
         for j in admitted:
             w, d = self._work_rate_and_power(j, self.gpus[j], 0)
@@ -344,3 +352,9 @@ class _Greedy:
         self.work += w1 - w0
         self.power += d1 - d0
         self.gpus[job], self.clock[job] = new_gpus, new_clock
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= 0.01 * abs(b)
