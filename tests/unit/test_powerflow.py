@@ -127,3 +127,27 @@ def test_greedy_refuses_a_doubling_that_breaks_the_pace(pace, expected):
     assert greedy.gpus == expected
     if not math.isinf(pace):
         assert greedy._ratio(greedy.work, greedy.power) <= pace + 1e-9
+
+
+def test_cpu_only_jobs_are_started_too():
+    from tests.conftest import make_cluster, make_jobs
+    from wattsched.core.states import STATUS_DONE
+    from wattsched.engine.temporal import Simulator
+    from wattsched.perf.model import PerformanceModel
+    from wattsched.policies.adapters import RoundScheduler
+
+    spec = make_cluster([(4, "T4", 64_000, 262_144)])
+    jobs = make_jobs(
+        [{"submit": 0.0, "duration": 50.0, "gpus": 1}, {"submit": 10.0, "duration": 30.0, "gpus": 0}]
+    )
+    perf, jobs = PerformanceModel.build(jobs, spec)
+    sim = Simulator(
+        jobs,
+        spec,
+        RoundScheduler(ALLOCATION_POLICIES.create("powerflow"), 60.0),
+        np.random.default_rng(0),
+        perf=perf,
+    )
+    out = sim.run()
+    assert (out.status == STATUS_DONE).all()  # the CPU-only job ran instead of waiting forever
+    assert out.end_s[1] == pytest.approx(out.start_s[1] + 30.0)

@@ -77,7 +77,7 @@ class PowerFlow(AllocationPolicy):
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
         self._top: dict[int, int] = {}
-        self._last_signature: tuple[bytes, bytes] | None = None
+        self._last_signature: tuple | None = None
         self._last_pace = math.nan
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
         self.pace_history: list[float] = []
@@ -145,13 +145,14 @@ class PowerFlow(AllocationPolicy):
     # --- the round --------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
         running = view.running_jobs()
-        pending = view.pending_jobs()
-        pending = pending[self.jobs.num_gpu[pending] > 0]
-        if running.size == 0 and pending.size == 0:
+        waiting = view.pending_jobs()
+        cpu_only = waiting[self.jobs.num_gpu[waiting] == 0]  # no GPU to size: started as they fit
+        pending = waiting[self.jobs.num_gpu[waiting] > 0]
+        if running.size == 0 and waiting.size == 0:
             return Decision()
         # A round with the same jobs running and waiting as at the last decision, and a pace within 1 % of that
-        # decision's, has nothing new to decide: the greedy starts from what jobs hold, and no GPU was freed.
-        signature = (running.tobytes(), pending.tobytes())
+        # decision's, and no node power change, has nothing new to decide: no GPU was freed since.
+        signature = (running.tobytes(), waiting.tobytes(), view.power_epoch)
         pace = self._pace(view)
         if signature == self._last_signature and _close(pace, self._last_pace):
             return Decision(keep=running)
@@ -169,7 +170,7 @@ class PowerFlow(AllocationPolicy):
         )
         state = _Greedy(self, view, held, remaining, capacity)
         state.run(admitted, pace)
-        return self._place(view, running, state.gpus, state.setting)
+        return self._place(view, running, state.gpus, state.setting, cpu_only)
 
     def _pace(self, view: ClusterView) -> float:
         """Joules of cluster energy allowed per reference GPU-second of work left: the budget not yet used,
@@ -183,7 +184,9 @@ class PowerFlow(AllocationPolicy):
         self.pace_history.append(pace)
         return pace
 
-    def _place(self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting) -> Decision:
+    def _place(
+        self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
+    ) -> Decision:
         plan = Plan(view)
         held = dict(zip(running.tolist(), view.held_gpus(running).tolist(), strict=True))
         moved = []
@@ -195,6 +198,8 @@ class PowerFlow(AllocationPolicy):
         for j in sorted(moved + starts, key=lambda k: (-gpus[k], k)):  # big blocks first: buddy packs better
             if plan.place(j, self.placement, num_gpu=gpus[j], setting=setting[j]) is None and j in moved:
                 plan.restore(j)
+        for j in cpu_only.tolist():
+            plan.place(j, self.placement)
         for j in held:
             if j in plan.assign or j in plan.released:
                 continue
