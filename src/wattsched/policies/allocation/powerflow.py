@@ -196,8 +196,17 @@ class PowerFlow(AllocationPolicy):
                 moved.append(j)
         starts = [j for j in gpus if view.status[j] != STATUS_RUNNING]
         for j in sorted(moved + starts, key=lambda k: (-gpus[k], k)):  # big blocks first: buddy packs better
-            if plan.place(j, self.placement, num_gpu=gpus[j], setting=setting[j]) is None and j in moved:
-                plan.restore(j)
+            if plan.place(j, self.placement, num_gpu=gpus[j], setting=setting[j]) is not None:
+                continue
+            if j in moved and plan.restore(j):
+                continue
+            # No block of that size (fragmentation, or nodes whose CPU or memory cannot serve the gang's share):
+            # the largest smaller power of two that fits, at its energy-optimal clock.
+            n = gpus[j] // 2
+            while n >= 1:
+                if plan.place(j, self.placement, num_gpu=n, setting=self._options_at(j, n)[0][0]) is not None:
+                    break
+                n //= 2
         for j in cpu_only.tolist():
             plan.place(j, self.placement)
         for j in held:
