@@ -77,6 +77,28 @@ def gpus_best(row: np.ndarray, num_gpu: int, milli: int) -> tuple[int, ...]:
     return (int(np.argmin(fitting)),)
 
 
+def fill_gang(state: ClusterState, req: JobRequest, nodes: list[int], usable: list[int]) -> Placement | None:
+    """Take a gang's GPUs from `nodes` in the order given, at most `usable` on each; CPU and memory follow the
+    GPUs in proportion (the last node takes the rounding remainder, so totals match the request). None unless
+    every GPU is placed."""
+    allocs: list[NodeAlloc] = []
+    remaining = req.num_gpu
+    cpu_left, mem_left = req.cpu_milli, req.memory_mib
+    for node, can_take in zip(nodes, usable, strict=True):
+        take = int(min(can_take, remaining))
+        if take <= 0:
+            continue
+        remaining -= take
+        cpu = cpu_left if remaining == 0 else int(req.cpu_milli / req.num_gpu * take)
+        mem = mem_left if remaining == 0 else int(req.memory_mib / req.num_gpu * take)
+        cpu_left -= cpu
+        mem_left -= mem
+        allocs.append((node, gpus_best(state.gpu_left[node], take, MILLI), cpu, mem))
+        if remaining == 0:
+            return tuple(allocs)
+    return None
+
+
 class PlacementPolicy(ABC):
     """Scores all feasible nodes in a few array operations; highest score wins.
 
@@ -140,8 +162,6 @@ class PlacementPolicy(ABC):
         Nodes are taken in order of most free GPUs (ties by rank); each gets CPU and memory in proportion to the
         GPUs it hosts. Returns None unless every GPU can be placed now.
         """
-        per_gpu_cpu = req.cpu_milli / req.num_gpu
-        per_gpu_mem = req.memory_mib / req.num_gpu
         mask = req.node_mask & state.available & (state.free_gpus > 0)
         nodes = np.flatnonzero(mask)
         if nodes.size == 0:
@@ -157,25 +177,7 @@ class PlacementPolicy(ABC):
         if int(usable.sum()) < req.num_gpu:
             return None
         order = np.lexsort((self.rank[nodes], -usable))
-        allocs: list[NodeAlloc] = []
-        remaining = req.num_gpu
-        cpu_left, mem_left = req.cpu_milli, req.memory_mib
-        for k in order:
-            take = int(min(usable[k], remaining))
-            if take <= 0:
-                break
-            node = int(nodes[k])
-            remaining -= take
-            # The last node takes the rounding remainder so totals match the request exactly.
-            cpu = cpu_left if remaining == 0 else int(per_gpu_cpu * take)
-            mem = mem_left if remaining == 0 else int(per_gpu_mem * take)
-            cpu_left -= cpu
-            mem_left -= mem
-            gpus = gpus_best(state.gpu_left[node], take, MILLI)
-            allocs.append((node, gpus, cpu, mem))
-            if remaining == 0:
-                return tuple(allocs)
-        return None
+        return fill_gang(state, req, nodes[order].tolist(), usable[order].tolist())
 
 
 class PassContext(Protocol):

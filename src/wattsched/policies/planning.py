@@ -14,7 +14,7 @@ import numpy as np
 from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI
 from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
-from .base import PLACEMENT_POLICIES, JobRequest, Placement, PlacementPolicy, gpus_best
+from .base import PLACEMENT_POLICIES, JobRequest, Placement, PlacementPolicy, fill_gang
 from .contract import ClusterView, Decision, Target
 
 
@@ -189,19 +189,4 @@ class Consolidated(PlacementPolicy):
         members = best[1][np.argsort(self.rank[best[1]])]
         # Whole nodes, each taking only as many GPUs as its CPU and memory can serve at the gang's per-GPU share.
         usable = gang_gpus(spec.gpu_count[members], spec.cpu_milli[members], spec.memory_mib[members], *share)
-        allocs = []
-        remaining = req.num_gpu
-        cpu_left, mem_left = req.cpu_milli, req.memory_mib
-        for node, can_take in zip(members.tolist(), usable.tolist(), strict=True):
-            take = min(can_take, remaining)
-            if take == 0:
-                continue
-            remaining -= take
-            cpu = cpu_left if remaining == 0 else int(req.cpu_milli / req.num_gpu * take)
-            mem = mem_left if remaining == 0 else int(req.memory_mib / req.num_gpu * take)
-            cpu_left -= cpu
-            mem_left -= mem
-            allocs.append((node, gpus_best(state.gpu_left[node], take, MILLI), cpu, mem))
-            if remaining == 0:
-                return tuple(allocs)
-        return None
+        return fill_gang(state, req, members.tolist(), usable.tolist())

@@ -80,7 +80,6 @@ class PowerFlow(AllocationPolicy):
         self._last_signature: tuple | None = None
         self._last_pace = math.nan
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
-        self.pace_history: list[float] = []
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -176,13 +175,10 @@ class PowerFlow(AllocationPolicy):
         """Joules of cluster energy allowed per reference GPU-second of work left: the budget not yet used,
         spread over the work left (docs/powerflow.md, pacer)."""
         if math.isinf(self.budget_j):
-            self.pace_history.append(math.inf)
             return math.inf
         everyone = np.arange(len(self.jobs))
         left = float((view.remaining_work(everyone) * self.ref_gpu_s_per_unit).sum())
-        pace = max(self.budget_j - view.energy_used_j(), 0.0) / left if left > 0 else math.inf
-        self.pace_history.append(pace)
-        return pace
+        return max(self.budget_j - view.energy_used_j(), 0.0) / left if left > 0 else math.inf
 
     def _place(
         self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
@@ -231,7 +227,6 @@ class _Greedy:
         self.setting: dict[int, GpuSetting] = {}
         # Cluster draw that does not depend on this round's choices: everything but the jobs' dynamic GPU power.
         self.static_w = 0.0
-        self.pue = 1.0
         self.view = view
 
     def _jct(self, job: int, gpus: int, clock: int) -> float:
