@@ -95,6 +95,8 @@ VALUES = {
     "energy_budget_kwh": ("250", 250.0),
     "checkpoint_interval_s": ("600", 600.0),
     "restart_model": ("fixed", "fixed"),
+    "sharing_model": ("eaco", "eaco"),
+    "sharing_noise": ("0.1", 0.1),
     "restart_delay_s": ("45", 45.0),
     "performance": ("tables", "tables"),
     "assign_models": ("always", "always"),

@@ -655,3 +655,8 @@ def test_philly_virtual_cluster_workload_keeps_only_that_vcs_jobs():
     assert len(loaded.jobs) == 1934  # ElasticFlow's VC (docs/seed-systems.md §2)
     assert set(np.asarray(loaded.jobs.user, dtype=str)) == {"103959"}
     assert "virtual cluster 103959" in loaded.jobs.notes[-1]
+    # GPU-only: the whole-trace CPU/memory assumption would strand GPUs on the 8-GPU specs this VC runs on
+    assert (loaded.jobs.cpu_milli == 0).all() and (loaded.jobs.memory_mib == 0).all()
+    assert any("GPUs only are scheduled" in n for n in loaded.jobs.notes)
+    full = load_workload("philly", data_dir=root)
+    assert (full.jobs.memory_mib == full.jobs.num_gpu * 65536).all()

@@ -17,6 +17,7 @@ from .common import console, progress_bar, user_errors
 from .data import data_app
 from .experiment import experiment_app
 from .options import command_with_config_options
+from .perf import perf_app
 from .signals import signals_app
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.add_typer(data_app, name="data", help="List, fetch and verify the public dat
 app.add_typer(
     signals_app, name="signals", help="Inspect hourly electricity prices and grid carbon intensity."
 )
+app.add_typer(perf_app, name="perf", help="Inspect the job performance model (e.g. GPU co-location).")
 app.add_typer(experiment_app, name="experiment", help="Reproduction experiments (policy x seed grids).")
 
 

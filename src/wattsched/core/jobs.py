@@ -67,6 +67,17 @@ class JobTable:
         kw = {f.name: getattr(self, f.name)[index] for f in fields(self) if f.name not in ("source", "notes")}
         return JobTable(**kw, source=self.source, notes=list(self.notes))
 
+    @staticmethod
+    def concat(tables: list[JobTable], source: str, notes: list[str]) -> JobTable:
+        """Several job tables as one, in submission order (stable)."""
+        kw = {
+            f.name: np.concatenate([getattr(t, f.name) for t in tables])
+            for f in fields(JobTable)
+            if f.name not in ("source", "notes")
+        }
+        order = np.argsort(kw["submit_s"], kind="stable")
+        return JobTable(**{k: v[order] for k, v in kw.items()}, source=source, notes=list(notes))
+
     def to_frame(self) -> pd.DataFrame:
         cols = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("source", "notes")}
         df = pd.DataFrame(cols)

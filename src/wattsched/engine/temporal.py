@@ -504,11 +504,23 @@ class Simulator:
             if k in skip or self.status[k] != STATUS_RUNNING or self.phase[k] != PHASE_RUNNING:
                 continue
             new = self._current_rate(k)
-            if new != self.rate[k]:
+            load = self._shared_load(k)
+            if new != self.rate[k] or load != self.load[k]:
                 self._settle(k)
                 self.rate[k] = new
+                self.load[k] = load
                 self._schedule_completion(k)
                 self._log(k)
+
+    def _shared_load(self, job: int) -> float:
+        """A job's GPU load next to its current co-runners (the sharing model may not simply add loads up)."""
+        if self.share[job] >= MILLI or not self.held_gpus[job]:
+            return float(self.load[job])
+        placement = self.log.placements[int(self.alloc_id[job])]
+        setting = self.log.settings[int(self.setting_id[job])]
+        return self.perf.shared_load(
+            job, self._gpu_code(placement), setting, self._co_runners(job, placement)
+        )
 
     def _sharers_of(self, placement: Placement) -> set[int]:
         width = self._gpu_width
@@ -531,6 +543,8 @@ class Simulator:
             self.start_s[job] = now
         self._last_start = now
         self.running[job] = None
+        if target.share_milli < MILLI:
+            self.load[job] = self._shared_load(job)
         if first or ngpu == 0:
             exclusive = target.share_milli >= MILLI and not self.perf.modelled[job]
             # An exclusive job without a table needs no co-runner or placement-span lookup.

@@ -59,6 +59,18 @@ class SimulationConfig(BaseModel):
         description="job speed: measured throughput tables or trace durations (auto: tables for allocation "
         "policies, trace durations for queue + placement)",
     )
+    sharing_model: Literal["slicing", "eaco"] = Field(
+        "slicing",
+        description="jobs sharing a GPU: slicing (time-slicing by utilisation, loads add up) | eaco (fitted to "
+        "EaCO's measured pairs: interference and power overlap)",
+    )
+    sharing_noise: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="relative std. dev. of a shared job's true speed around the sharing model's prediction "
+        "(seeded; 0: predictions are exact)",
+    )
     assign_models: Literal["auto", "always", "never"] = Field(
         "auto",
         description="give jobs without a model one by the seeded rule (auto: when the policy needs models)",

@@ -159,6 +159,7 @@ def build_scheduler(cfg: SimulationConfig, setting_rule) -> Scheduler:
 
 def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, scheduler, rng):
     """The job performance model, and the job table with any assigned model names."""
+    from ..perf.colocation import sharing_model
     from ..perf.model import PerformanceModel
     from ..perf.restart import RestartModel
 
@@ -178,6 +179,9 @@ def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, sche
         assign=assign,
         rng=rng,
         use_tables=tables and cfg.performance != "trace",
+        sharing=sharing_model(cfg.sharing_model),
+        sharing_noise=cfg.sharing_noise,
+        noise_seed=cfg.seed,
     )
 
 

@@ -30,6 +30,7 @@ from ..core.jobs import JobTable
 from ..energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response
 from ..energy.utilisation import job_gpu_load
 from .catalog import MODEL_FACTS, OWN_MEASUREMENTS, TABLE_SOURCE, normalise
+from .colocation import SLICING, SharingModel
 from .restart import RestartModel
 from .tables import ScalingTable, elasticflow_tables, gavel_pairs, gavel_tables, parse_gavel_type
 
@@ -55,8 +56,17 @@ class PerformanceModel:
         job_load: np.ndarray | None = None,
         restart: RestartModel | None = None,
         tables: dict[int, tuple[str, dict[str, ScalingTable], dict]] | None = None,
+        sharing: SharingModel = SLICING,
+        sharing_noise: float = 0.0,
+        noise_seed: int = 0,
     ):
         self.jobs = jobs
+        self.sharing = sharing
+        # The simulator's truth may differ from the model: a shared job's speed is the prediction times
+        # (1 + noise * z), z ~ N(0, 1) seeded per job and co-runner set (so predictions can be wrong).
+        self.sharing_noise = float(sharing_noise)
+        self._noise_seed = int(noise_seed)
+        self._noise: dict[tuple, float] = {}
         self.spec = spec
         self.restart = restart or RestartModel()
         n = len(jobs)
@@ -94,6 +104,9 @@ class PerformanceModel:
         assign: bool = False,
         rng: np.random.Generator | None = None,
         use_tables: bool = True,
+        sharing: SharingModel = SLICING,
+        sharing_noise: float = 0.0,
+        noise_seed: int = 0,
     ) -> tuple[PerformanceModel, JobTable]:
         """The model for this workload and cluster, and the job table with assigned model names (if any).
 
@@ -116,7 +129,10 @@ class PerformanceModel:
         if assign and sources:
             jobs, assigned, counts = _assign(jobs, spec, sources, keys, rng or np.random.default_rng(0))
             keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
-        model = cls(jobs, spec, restart=restart, tables=sources)
+        model = cls(
+            jobs, spec, restart=restart, tables=sources, sharing=sharing, sharing_noise=sharing_noise,
+            noise_seed=noise_seed,
+        )  # fmt: skip
         model.notes += notes
         model.assigned = assigned
         model.assignment_counts = counts
@@ -141,6 +157,8 @@ class PerformanceModel:
             share = min(int(jobs.gpu_milli[j]), MILLI) / MILLI if jobs.num_gpu[j] > 0 else 0.0
             if f is not None:
                 util = f.utilisation if np.isnan(jobs.gpu_util[j]) else float(jobs.gpu_util[j])
+                if np.isnan(jobs.gpu_util[j]):  # a calibrated sharing model may measure it
+                    util = self.sharing.load_of(normalise(main[j]), util)
                 self.util[j] = self.job_load[j] = min(max(util, 0.0), 1.0) * share
                 self.memory[j] = f.memory_gib
                 self.checkpoint_gb[j] = f.checkpoint_gb
@@ -235,12 +253,25 @@ class PerformanceModel:
         return float(self.util[job])
 
     def shared_factor(self, job: int, gpu_code: int, co_runners: Sequence[Sequence[int]]) -> float:
+        """The speed the simulator gives a job next to these co-runners: the prediction
+        (:meth:`predicted_shared_factor`) times the run's seeded sharing noise, at most 1."""
+        factor = self.predicted_shared_factor(job, gpu_code, co_runners)
+        if self.sharing_noise <= 0 or not any(co_runners):
+            return factor
+        key = (job, tuple(sorted({k for others in co_runners for k in others})))
+        z = self._noise.get(key)
+        if z is None:
+            z = self._noise[key] = float(np.random.default_rng((self._noise_seed, *key)).standard_normal())
+        return float(min(max(factor * (1.0 + self.sharing_noise * z), 0.05), 1.0))
+
+    def predicted_shared_factor(self, job: int, gpu_code: int, co_runners: Sequence[Sequence[int]]) -> float:
         """Speed relative to running alone, given the other jobs on each of its GPUs (synchronous training runs
         at the pace of its slowest GPU). A pair of one-GPU jobs measured by Gavel runs at the measured pair
-        throughputs; otherwise time-slicing: on a GPU whose jobs' utilisations sum to U > 1, each gets 1/U of
-        its solo speed."""
+        throughputs; otherwise the sharing model (time-slicing: on a GPU whose jobs' utilisations sum to U > 1,
+        each gets 1/U of its solo speed; `eaco` adds interference)."""
         factor = 1.0
         own = self.slicing_utilisation(job)
+        sharing = self.sharing
         for others in co_runners:
             if not others:
                 continue
@@ -248,15 +279,30 @@ class PerformanceModel:
             if measured is not None:
                 factor = min(factor, measured)
                 continue
-            total = own + sum(self.slicing_utilisation(k) for k in others)
-            if total > 1.0:
-                factor = min(factor, 1.0 / total)
+            factor = min(factor, sharing.speed(own, [self.slicing_utilisation(k) for k in others]))
         return factor
+
+    def shared_load(
+        self, job: int, gpu_code: int, setting: GpuSetting, co_runners: Sequence[Sequence[int]]
+    ) -> float:
+        """The load the job adds to its GPUs next to these co-runners. Loads add up under the default sharing
+        model; under a model with power overlap beta < 1 the job with the largest load on a GPU (ties: the
+        lower index) adds its own and every other job beta times its own, so the GPU's summed load is
+        ``max + beta * (sum - max)`` (docs/eaco.md §2). Judged on the job's first GPU."""
+        load = self.gpu_load(job, gpu_code, setting)
+        beta = self.sharing.power_overlap
+        if beta == 1.0 or not co_runners or not co_runners[0]:
+            return load
+        own = self.job_load[job]
+        on_top = all(own > self.job_load[k] or (own == self.job_load[k] and job < k) for k in co_runners[0])
+        return load if on_top else beta * load
 
     def _pair_factor(self, job: int, gpu_code: int, others: Sequence[int]) -> float | None:
         if len(others) != 1 or gpu_code < 0 or gpu_code not in self.sources:
             return None
         other = others[0]
+        if self._calibrated(job) and self._calibrated(other):
+            return None  # the sharing model was fitted to this pair's measurements
         pairs = self.sources[gpu_code][2]
         keys = self.key[gpu_code]
         if not pairs or keys[job] is None or keys[other] is None:
@@ -273,6 +319,20 @@ class PerformanceModel:
             mine = pair[1]
         solo = self.sources[gpu_code][1][keys[job]].throughput(1)
         return mine / solo
+
+    def model_key(self, job: int) -> str:
+        """The job's normalised model name in the tables ('' when it has no table)."""
+        keys = self.key.get(self._main)
+        return normalise(keys[job]) if keys is not None and keys[job] is not None else ""
+
+    def _calibrated(self, job: int) -> bool:
+        keys = self.key.get(self._main)
+        return (
+            bool(self.sharing.loads)
+            and keys is not None
+            and keys[job] is not None
+            and (normalise(keys[job]) in self.sharing.loads)
+        )
 
     def memory_gib(self, job: int) -> float:
         """GPU memory the job needs on each GPU (0 when unknown: a fractional pod's quota isolates it)."""
@@ -304,7 +364,10 @@ class PerformanceModel:
             "tables": {self.spec.gpu_models[c]: src[0] for c, src in self.sources.items()},
             "work_unit": "iterations for jobs with a table, seconds at full speed otherwise",
             **self.restart.describe(),
+            **self.sharing.describe(),
         }
+        if self.sharing_noise > 0:
+            out["sharing_noise"] = self.sharing_noise
         if self.assigned.any():
             out["model_assignment"] = {
                 "rule": ASSIGNMENT_RULE,

@@ -70,6 +70,25 @@ class BestFit(PlacementPolicy):
         return min_max_normalise(raw, all_equal=0)
 
 
+@PLACEMENT_POLICIES.register("least-allocated")
+class LeastAllocated(PlacementPolicy):
+    """Kubernetes' default scoring (NodeResourcesFit, LeastAllocated): the node with the largest free share of
+    its CPU and GPU after placement (equal weights) wins, so jobs spread over the nodes."""
+
+    name = "least-allocated"
+    description = "largest free CPU+GPU share after placement: spreads (Kubernetes default LeastAllocated)"
+
+    def score(self, state: ClusterState, req: JobRequest, nodes: np.ndarray) -> np.ndarray:
+        spec = state.spec
+        cpu_cap = np.maximum(spec.cpu_milli[nodes], 1)
+        gpu_cap = np.maximum(spec.gpu_count[nodes] * MILLI, 1)
+        cpu_free = (state.cpu_left[nodes] - req.cpu_milli) / cpu_cap
+        gpu_free = (state.gpu_left_total[nodes] - req.gpu_demand_milli) / gpu_cap
+        both = spec.cpu_milli[nodes] > 0
+        free = np.where(both, 0.5 * cpu_free + 0.5 * gpu_free, gpu_free)
+        return (free * 100.0).astype(np.int64)
+
+
 @PLACEMENT_POLICIES.register("dotprod")
 class DotProduct(PlacementPolicy):
     """Tetris-style alignment: the node whose free vector has the smallest dot product with the request wins."""

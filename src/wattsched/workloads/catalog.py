@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import UnknownNameError
+from ..core.jobs import JobTable
 from ..data.registry import locate
 from .pollux import read_pollux_workload
 from .traces import (
@@ -54,12 +55,19 @@ class _Entry:
     gavel: bool = False
     needs_data_dir: bool = False  # the reader loads other dataset files (e.g. throughput tables)
     vc: str | None = None  # keep only this Philly virtual cluster's jobs (its `cluster` column)
+    reader_options: tuple[tuple[str, object], ...] = ()
 
 
 def _entries() -> dict[str, _Entry]:
     out: dict[str, _Entry] = {"philly": _Entry("philly-pollux", "philly.csv", read_philly)}
     for vc in GAVEL_MSR_VCS:  # Philly's virtual clusters (ElasticFlow and PowerFlow evaluate VC 103959)
-        out[f"philly/vc-{vc}"] = _Entry("philly-pollux", "philly.csv", read_philly, vc=vc)
+        # GPU-only requests: the per-GPU CPU and memory assumed for the whole trace fit the philly cluster's
+        # node shape, not the 8-GPU ElasticFlow specs these VCs are replayed on (64 GiB per GPU against
+        # 32 GiB there would strand half of every node's GPUs).
+        out[f"philly/vc-{vc}"] = _Entry(
+            "philly-pollux", "philly.csv", read_philly, vc=vc,
+            reader_options=(("cpu_milli_per_gpu", 0), ("memory_mib_per_gpu", 0)),
+        )  # fmt: skip
     for lst in ALIBABA_LISTS:
         out[f"alibaba-v2023/{lst}"] = _Entry(
             "alibaba-gpu-v2023", f"csv/openb_pod_list_{lst}.csv", read_alibaba_pods
@@ -82,11 +90,28 @@ def _entries() -> dict[str, _Entry]:
 
 
 _CATALOG = _entries()
+# Workloads made of several catalog entries: all of Gavel's msr VCs together, as Gavel replays them on one
+# 500-GPU cluster (gavel-traces/msr/cluster_specs.json).
+_COMPOSITE = {"gavel/msr/all": tuple(f"gavel/msr/{vc}" for vc in GAVEL_MSR_VCS)}
 
 
 def workload_names() -> list[str]:
     """Every named trace ``load_workload`` knows (a path to a generic ``.csv`` works too)."""
-    return list(_CATALOG)
+    return [*_CATALOG, *_COMPOSITE]
+
+
+def _load_composite(name: str, data_dir, skip_invalid: bool) -> LoadedWorkload:
+    parts = [load_workload(part, data_dir, skip_invalid) for part in _COMPOSITE[name]]
+    notes = list(dict.fromkeys(n for p in parts for n in p.jobs.notes))
+    notes.append(f"{len(parts)} traces merged by submit time: {', '.join(_COMPOSITE[name])}")
+    jobs = JobTable.concat([p.jobs for p in parts], source=name, notes=notes)
+    return replace(
+        parts[0],
+        jobs=jobs,
+        invalid_skipped=sum(p.invalid_skipped for p in parts),
+        invalid_examples=[e for p in parts for e in p.invalid_examples][:5],
+        path=name,
+    )
 
 
 def _exists(name: str) -> bool:
@@ -101,6 +126,8 @@ def load_workload(
     name: str, data_dir: str | Path | None = None, skip_invalid: bool = False
 ) -> LoadedWorkload:
     name = str(name).strip()
+    if name in _COMPOSITE:
+        return _load_composite(name, data_dir, skip_invalid)
     entry = _CATALOG.get(name)
     if entry is None:
         if name.lower().endswith(".csv") or _exists(name):
@@ -114,7 +141,7 @@ def load_workload(
         return read_gavel(path, throughputs, skip_invalid=skip_invalid, source=name, user=user)
     if entry.needs_data_dir:
         return entry.reader(path, skip_invalid=skip_invalid, source=name, data_dir=data_dir)
-    loaded = entry.reader(path, skip_invalid=skip_invalid, source=name)
+    loaded = entry.reader(path, skip_invalid=skip_invalid, source=name, **dict(entry.reader_options))
     if entry.vc is not None:
         jobs = loaded.jobs.subset(np.flatnonzero(np.asarray(loaded.jobs.user, dtype=str) == entry.vc))
         jobs.notes.append(

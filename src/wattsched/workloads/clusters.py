@@ -77,7 +77,7 @@ def spec_names() -> list[str]:
 
 def cluster_names() -> list[str]:
     """Valid names for ``load_cluster`` (``nXgY`` also takes ``@MODEL``; any ``*.yaml`` path works too)."""
-    return ["default", "philly", *ALIBABA_NODE_FILES, *spec_names()]
+    return ["default", "philly", *ALIBABA_NODE_FILES, *spec_names(), *EACO_CLUSTERS]
 
 
 def load_cluster(name_or_path: str, data_dir: str | Path | None = None) -> ClusterSpec:
@@ -88,6 +88,8 @@ def load_cluster(name_or_path: str, data_dir: str | Path | None = None) -> Clust
         return default_cluster()
     if name == "philly":
         return philly_cluster()
+    if name in EACO_CLUSTERS:
+        return eaco_cluster(EACO_CLUSTERS[name])
     if name in ALIBABA_NODE_FILES:
         return read_alibaba_nodes(locate(ALIBABA_DATASET, ALIBABA_NODE_FILES[name], data_dir), name=name)
     m = _SPEC_RE.match(name)
@@ -96,6 +98,30 @@ def load_cluster(name_or_path: str, data_dir: str | Path | None = None) -> Clust
     if name and Path(name).is_dir():
         raise InputError(name, None, None, "is a directory, expected a cluster name or a cluster YAML file")
     raise UnknownNameError("cluster", name, [*cluster_names(), "nXgY@MODEL", "PATH.yaml"])
+
+
+# -- EaCO's simulated clusters (docs/eaco.md §4) -------------------------------------------------------------
+EACO_CLUSTERS = {"eaco-28": 28, "eaco-64": 64}
+EACO_NODES_PER_SWITCH = 8  # not in the paper (reconstructed)
+
+
+def eaco_cluster(nodes: int) -> ClusterSpec:
+    """EaCO's testbed node (2x Xeon Gold 6240, 768 GB, 8x V100-SXM2-32GB) repeated `nodes` times."""
+    notes = (
+        f"EaCO simulated cluster: {nodes} nodes x 8 V100 (V100-SXM2 32 GB), 768 GB per node; CPU modelled as 2 "
+        f"sockets (64 vCPUs of the power model's fallback CPU, for the 2x Xeon Gold 6240); "
+        f"{EACO_NODES_PER_SWITCH} nodes per switch (reconstructed)"
+    )
+    return ClusterSpec.from_arrays(
+        name=f"eaco-{nodes}",
+        node_names=[f"eaco-{i:04d}" for i in range(nodes)],
+        cpu_milli=np.full(nodes, 64_000),
+        memory_mib=np.full(nodes, 768 * 1024),
+        gpu_count=np.full(nodes, 8),
+        gpu_model_names=["V100"] * nodes,
+        switch_id=np.arange(nodes) // EACO_NODES_PER_SWITCH,
+        notes=notes,
+    )
 
 
 # -- philly --------------------------------------------------------------------------------------------------

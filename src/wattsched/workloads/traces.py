@@ -398,8 +398,12 @@ def read_philly(
     check_gpu_request(v, num, milli, ("num_gpus", "num_gpus"))
     notes = [
         "Philly timestamps have no stated time zone: assumed UTC",
-        f"CPU and memory are not in the trace: {cpu_milli_per_gpu} milli-CPU and {memory_mib_per_gpu} MiB "
-        "requested per GPU (assumption, matching the philly cluster's node shape)",
+        (
+            f"CPU and memory are not in the trace: {cpu_milli_per_gpu} milli-CPU and {memory_mib_per_gpu} MiB "
+            "requested per GPU (assumption, matching the philly cluster's node shape)"
+            if cpu_milli_per_gpu or memory_mib_per_gpu
+            else "CPU and memory are not in the trace and none is requested: GPUs only are scheduled"
+        ),
         "user = Philly virtual cluster (cluster column); gpu_time ignored (= duration x num_gpus)",
     ]
     safe = np.where(np.isfinite(num), num, 0)  # bad rows (NaN, inf) are flagged above

@@ -91,8 +91,8 @@ class Gandiva(AllocationPolicy):
     def _pair_gain(self, view: ClusterView, a: int, b: int) -> float:
         """Summed normalised throughput of a and b sharing GPUs (time-slicing gives 1)."""
         code = self._gpu_code(view, a)
-        fa = self.perf.shared_factor(a, code, [[b]])
-        fb = self.perf.shared_factor(b, code, [[a]])
+        fa = self.perf.predicted_shared_factor(a, code, [[b]])
+        fb = self.perf.predicted_shared_factor(b, code, [[a]])
         return fa + fb
 
     def _fits_together(self, view: ClusterView, a: int, b: int) -> bool:

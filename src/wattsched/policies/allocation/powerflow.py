@@ -191,7 +191,11 @@ class PowerFlow(AllocationPolicy):
                 plan.release(j)
                 moved.append(j)
         starts = [j for j in gpus if view.status[j] != STATUS_RUNNING]
-        for j in sorted(moved + starts, key=lambda k: (-gpus[k], k)):  # big blocks first: buddy packs better
+        # Resized jobs before new ones, so that a start never takes the GPUs a resized job must fall back to
+        # (a start taking them stopped the running job, and the two swapped places every round); within each
+        # group big blocks first: buddy packs better.
+        by_size = lambda js: sorted(js, key=lambda k: (-gpus[k], k))  # noqa: E731
+        for j in by_size(moved) + by_size(starts):
             if plan.place(j, self.placement, num_gpu=gpus[j], setting=setting[j]) is not None:
                 continue
             if j in moved and plan.restore(j):
