@@ -118,3 +118,52 @@ def powerflow(
             f"budget error {r['budget_error_pct']:+.1f} %"
         )
     console.print(f"results.csv, sweep.csv, runs.csv, summary.md and plots in [bold]{result.out}[/]")
+
+
+@experiment_app.command("eaco")
+def eaco(
+    nodes: Annotated[
+        str, typer.Option(help="cluster sizes: 28 and/or 64 nodes of 8 V100, comma-separated")
+    ] = "28,64",
+    seeds: Annotated[int, typer.Option(help="runs per policy and size, seeds 42, 43, ...")] = 3,
+    policies: Annotated[str, typer.Option(help="comma-separated: eaco, fifo, fifo-packed, gandiva")] = (
+        "eaco,fifo,fifo-packed,gandiva"
+    ),
+    workload: Annotated[str, typer.Option(help="workload name or CSV path")] = "gavel/msr/all",
+    max_jobs: Annotated[
+        int | None, typer.Option(help="keep the first N jobs by submission (0: all)", min=0)
+    ] = 2000,
+    noise: Annotated[
+        float, typer.Option(help="prediction noise: std. dev. of a shared job's true speed around the model")
+    ] = 0.05,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/eaco"),
+    workers: Annotated[int | None, typer.Option(help="worker processes [default: all cores]")] = None,
+    data_dir: Annotated[
+        str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """EaCO vs FIFO, FIFO_packed and Gandiva on 28 and 64 nodes of 8 V100: energy, active nodes, runtime, JCT."""
+    from ..experiments.eaco import run_experiment
+
+    with user_errors():
+        try:
+            sizes = [int(n) for n in nodes.split(",") if n.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"--nodes: expected integers such as 28,64, got {nodes!r}") from None
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        with progress_bar("eaco", enabled=not quiet) as progress:
+            result = run_experiment(
+                nodes=sizes, seeds=seeds, policies=names, workload=workload, max_jobs=max_jobs or None,
+                noise=noise, out=out, workers=workers, data_dir=data_dir, progress=progress,
+            )  # fmt: skip
+    s = result.summary
+    console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
+    for nodes_, rows in sorted(s["versus"].items()):
+        for b, v in rows.items():
+            console.print(
+                f"  {nodes_} nodes, eaco vs {b}: energy {-v['energy_saving_pct']:+.1f} %, active nodes "
+                f"{-v['fewer_nodes_pct']:+.1f} %, runtime {v['runtime_change_pct']:+.1f} %, JCT "
+                f"{v['jct_change_pct']:+.1f} %"
+            )
+    console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")

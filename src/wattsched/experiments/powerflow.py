@@ -25,7 +25,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ import pandas as pd
 from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from .config import SimulationConfig
+from .parallel import executor
 
 POLICY = "powerflow"
 LABEL = "PowerFlow-reconstructed"
@@ -232,25 +233,6 @@ def run_task(setup: Setup, task: Task) -> RunRecord:
     )
 
 
-def _init_worker() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-class _Inline:
-    """The executor interface, run in this process (one worker)."""
-
-    def submit(self, fn, *args) -> Future:
-        fut: Future = Future()
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as exc:  # handed to the caller through the future
-            fut.set_exception(exc)
-        return fut
-
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        pass
-
-
 # -- validation ---------------------------------------------------------------------------------------------
 def baseline_names() -> list[str]:
     from ..policies.contract import ALLOCATION_POLICIES
@@ -393,7 +375,7 @@ def run_grid(
     records: list[RunRecord] = []
     if progress:
         progress(0, total)
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker) if workers > 1 else _Inline()
+    pool = executor(workers)
     try:
         pending: set[Future] = set()
 

@@ -67,6 +67,7 @@ class PerformanceModel:
         self.sharing_noise = float(sharing_noise)
         self._noise_seed = int(noise_seed)
         self._noise: dict[tuple, float] = {}
+        self._calibrated_cache: dict[int, bool] = {}
         self.spec = spec
         self.restart = restart or RestartModel()
         n = len(jobs)
@@ -326,13 +327,13 @@ class PerformanceModel:
         return normalise(keys[job]) if keys is not None and keys[job] is not None else ""
 
     def _calibrated(self, job: int) -> bool:
-        keys = self.key.get(self._main)
-        return (
-            bool(self.sharing.loads)
-            and keys is not None
-            and keys[job] is not None
-            and (normalise(keys[job]) in self.sharing.loads)
-        )
+        """Whether the sharing model was fitted to this job's model (then its pairs come from the fit)."""
+        if not self.sharing.loads:
+            return False
+        cached = self._calibrated_cache.get(job)
+        if cached is None:
+            cached = self._calibrated_cache[job] = self.model_key(job) in self.sharing.loads
+        return cached
 
     def memory_gib(self, job: int) -> float:
         """GPU memory the job needs on each GPU (0 when unknown: a fractional pod's quota isolates it)."""

@@ -108,21 +108,17 @@ class Gandiva(AllocationPolicy):
         """Scheduling units: packed pairs already running together, new pairs, single jobs."""
         units: list[tuple[int, ...]] = []
         taken: set[int] = set()
-        for job in jobs.tolist():  # running pairs stay together
+        # Running pairs stay together: packed jobs grouped by the GPUs they hold (one pass, in job order).
+        packed: dict[tuple, list[int]] = {}
+        for job in jobs.tolist():
             target = view.target(job) if view.status[job] == STATUS_RUNNING else None
-            if job in taken or target is None or target.share_milli >= MILLI:
-                continue
-            partner = [
-                k
-                for k in jobs.tolist()
-                if k != job
-                and k not in taken
-                and view.target(k) is not None
-                and view.target(k).placement == target.placement
-            ]
-            unit = (job, partner[0]) if partner else (job,)
-            units.append(unit)
-            taken.update(unit)
+            if target is not None and target.share_milli < MILLI:
+                packed.setdefault(target.placement, []).append(job)
+        for group in packed.values():
+            for i in range(0, len(group), 2):
+                unit = tuple(group[i : i + 2])
+                units.append(unit)
+                taken.update(unit)
         rest = [j for j in jobs.tolist() if j not in taken and self.demand[j] > 0]
         if self.pack:
             util = np.array([self.perf.slicing_utilisation(j) for j in rest])
