@@ -30,11 +30,9 @@ def _trace(path: Path, n: int = 40) -> Path:
 def test_experiment_writes_results_summary_and_plots(tmp_path):
     trace = _trace(tmp_path / "jobs.csv")
     out = tmp_path / "eaco"
-    res = CliRunner().invoke(
-        app,
-        ["experiment", "eaco", "--nodes", "28", "--seeds", "2", "--workload", str(trace), "--max-jobs", "0",
-         "--workers", "1", "--data-dir", str(FIXTURE_DATA), "--out", str(out), "--quiet"],  # fmt: skip
-    )
+    args = ["experiment", "eaco", "--nodes", "28", "--seeds", "2", "--workload", str(trace), "--max-jobs", "0",
+            "--workers", "1", "--data-dir", str(FIXTURE_DATA), "--out", str(out), "--quiet"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     results = pd.read_csv(out / "results.csv")
     assert sorted(results.policy.unique()) == ["eaco", "fifo", "fifo-packed", "gandiva"]
