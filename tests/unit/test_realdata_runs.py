@@ -46,3 +46,33 @@ def test_alibaba_default_packing_best_fit(tmp_path):
     assert s["jobs_placed"] + s["jobs_dropped"] == s["jobs_submitted"] > 8152
     # Published BestFit mean at 130 % arrived is 93.08 % (FGD repo expected results); one seed varies.
     assert 0.90 < s["gpu_allocation_final"] < 0.96
+
+
+def test_eaco_on_the_gavel_msr_traces_without_noise_never_undoes(tmp_path):
+    """Issue 9: `simulate --allocation eaco` on a Gavel trace (model names in the trace), and with prediction
+    noise 0 every observed epoch confirms its prediction."""
+    require_real_file("gavel-traces", "simulation_throughputs.json")
+    out = tmp_path / "e"
+    args = ["simulate", "--workload", "gavel/msr/all", "--max-jobs", "200", "--cluster", "eaco-28",
+            "--allocation", "eaco", "--sharing-model", "eaco", "--power-manager", "idle-timeout", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())
+    params = s["policies"]["allocation"]["parameters"]
+    assert s["jobs_completed"] == 200
+    assert params["colocations"] > 0 and params["observations"] > 0 and params["undone"] == 0
+    assert s["performance_model"]["sharing_model"] == "eaco"
+
+
+def test_eaco_runs_on_a_trace_without_model_names_through_the_assignment_rule(tmp_path):
+    require_real_file("philly-pollux", "philly.csv")
+    require_real_file("gavel-traces", "simulation_throughputs.json")
+    out = tmp_path / "p"
+    args = ["simulate", "--workload", "philly/vc-103959", "--max-jobs", "150", "--cluster", "eaco-28",
+            "--allocation", "eaco", "--quiet", "--out", str(out)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())
+    assert s["jobs_completed"] == 150
+    assert s["performance_model"]["model_assignment"]["jobs_assigned"] == 150

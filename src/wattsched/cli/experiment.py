@@ -132,7 +132,7 @@ def eaco(
     workload: Annotated[str, typer.Option(help="workload name or CSV path")] = "gavel/msr/all",
     max_jobs: Annotated[
         int | None, typer.Option(help="keep the first N jobs by submission (0: all)", min=0)
-    ] = 2000,
+    ] = 500,
     noise: Annotated[
         float, typer.Option(help="prediction noise: std. dev. of a shared job's true speed around the model")
     ] = 0.05,

@@ -32,7 +32,7 @@ from ...core.cluster import MILLI
 from ...core.gpus import gpu_model
 from ...core.states import STATUS_RUNNING
 from ...energy.dvfs import DEFAULT_SETTING
-from ...perf.colocation import EACO_PAIRS
+from ...perf.colocation import EACO_GPUS, EACO_PAIRS
 from ..base import PLACEMENT_POLICIES
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
 from ..planning import Plan, job_gpu_codes, on_same_gpus
@@ -92,31 +92,40 @@ class EaCO(AllocationPolicy):
         self.codes = job_gpu_codes(ctx)
         self.deadline = ctx.jobs.deadline_s
         n = len(ctx.jobs)
-        self.model = [self.perf.model_key(j) for j in range(n)]
+        # History key per job: its model and batch size (Gavel measures pairs per batch size).
+        self.model = [f"{self.perf.model_key(j)}@{self.perf.batch[j]:g}" for j in range(n)]
         self.load = np.array([self.perf.slicing_utilisation(j) for j in range(n)])
         self.memory = np.array([self.perf.memory_gib(j) for j in range(n)])
         self._last_signature: tuple | None = None
         self._shape = np.full(n, -1, dtype=np.int64)
         self._shape_ids: dict[tuple, int] = {}
-        # History store: (model, co-runner models) -> observed speeds relative to alone. Seeded with the
-        # calibration pairs (the model's fit to EaCO's Table 3).
-        self.history: dict[tuple[str, tuple[str, ...]], list[float]] = {}  # [sum, count]
+        # History store: (model, GPU count, co-runner models) -> [sum, count] of observed speeds relative to
+        # alone. Seeded with the calibration pairs (the model's fit to EaCO's Table 3, on 8 GPUs).
+        self.history: dict[tuple[str, int, tuple[str, ...]], list[float]] = {}
         sharing = self.perf.sharing
         if sharing.loads:
             for pair, _, _ in EACO_PAIRS:
                 for i, m in enumerate(pair):
                     other = pair[1 - i]
                     speed = sharing.speed(sharing.loads[m], [sharing.loads[other]])
-                    self.history[(m, (other,))] = [speed, 1.0]
+                    for bm, bo in self._batches(m, other):
+                        self.history[(f"{m}@{bm:g}", EACO_GPUS, (f"{other}@{bo:g}",))] = [speed, 1.0]
         self.seeded_entries = len(self.history)
         # Observation of a co-located set: job -> (ready time, set of jobs, the job that joined last).
         self.watch: dict[int, tuple[float, frozenset[int], int]] = {}
-        # Jobs of an undone co-location: they lost up to an epoch already, so they run on GPUs of their own
-        # from then on (no one joins them, they join no one); this bounds a deadline miss by one epoch.
+        # Jobs with a deadline in an undone co-location: they lost up to an epoch already, so they run on GPUs of
+        # their own from then on (no one joins them, they join no one); this bounds a deadline miss by one epoch.
         self.solo_only: set[int] = set()
-        self.joined_at: dict[
-            int, float
-        ] = {}  # when each job last took its GPUs (the host of a set is the first)
+        # When each job last took its GPUs (the host of a set is the first of its jobs).
+        self.joined_at: dict[int, float] = {}
+
+    def _batches(self, m: str, other: str) -> list[tuple[float, float]]:
+        """The batch sizes the workload's jobs of models `m` and `other` use (the calibration applies to all)."""
+        by_model: dict[str, set[float]] = {}
+        for key in self.model:
+            name, _, batch = key.rpartition("@")
+            by_model.setdefault(name, set()).add(float(batch))
+        return [(a, b) for a in sorted(by_model.get(m, ())) for b in sorted(by_model.get(other, ()))]
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -141,7 +150,7 @@ class EaCO(AllocationPolicy):
         """Speed relative to alone next to `others` on the same GPUs: the history's mean, else the model."""
         if not others:
             return 1.0
-        key = (self.model[job], tuple(sorted(self.model[k] for k in others)))
+        key = (self.model[job], int(self.jobs.num_gpu[job]), tuple(sorted(self.model[k] for k in others)))
         seen = self.history.get(key)
         if seen is not None:
             return seen[0] / seen[1]
@@ -261,15 +270,18 @@ class EaCO(AllocationPolicy):
                 continue
             observed = min(rate / solo, 1.0)
             others = sorted(self.model[k] for k in group if k != job)
-            entry = self.history.setdefault((self.model[job], tuple(others)), [0.0, 0.0])
+            entry = self.history.setdefault(
+                (self.model[job], int(self.jobs.num_gpu[job]), tuple(others)), [0.0, 0.0]
+            )
             entry[0] += observed
             entry[1] += 1.0
             self.observations += 1
             if self._keeps_bound(view, job, observed, key) or not self.solo_only.isdisjoint(group):
                 continue
             # Undo: the set's first job keeps the GPUs alone; every other job goes back to the queue (its state
-            # saved at this epoch boundary). All of them run on GPUs of their own from now on.
-            self.solo_only.update(group)
+            # saved at this epoch boundary) and tries again, where the history now steers it away from this
+            # combination. Jobs with a deadline have spent their slack: they run on GPUs of their own from now on.
+            self.solo_only.update(k for k in group if not math.isnan(self.deadline[k]))
             self.undone += 1
             host = min(group, key=lambda k: (self.joined_at.get(k, -math.inf), k))
             for k in sorted(group - {host}):
