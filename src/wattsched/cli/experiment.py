@@ -14,6 +14,12 @@ experiment_app = typer.Typer(
 )
 
 
+# Options every experiment takes.
+WorkersOption = Annotated[int | None, typer.Option(help="worker processes [default: all cores]")]
+DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")]
+QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
+
+
 @experiment_app.callback()
 def _experiments() -> None:
     """Reproduction experiments (policy x seed grids) with tables and plots."""
@@ -29,12 +35,10 @@ def fgd_pwr(
     policies: Annotated[
         str | None, typer.Option(help="comma-separated placement policies [default: the 11 of the papers]")
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="worker processes [default: all cores]")] = None,
+    workers: WorkersOption = None,
     inflate: Annotated[float, typer.Option(help="arrivals as a multiple of cluster GPU capacity")] = 1.3,
-    data_dir: Annotated[
-        str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    data_dir: DataDirOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """FGD (ATC'23) and PWR (CCGrid'25) packing experiments: allocation, fragmentation, power, GRAR."""
     from ..experiments.fgd_pwr import check_policies, run_experiment, trace_inputs
@@ -82,11 +86,9 @@ def powerflow(
         str, typer.Option(help="idle-node power manager for every run: always-on | idle-timeout | forecast")
     ] = "always-on",
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/powerflow"),
-    workers: Annotated[int | None, typer.Option(help="worker processes [default: all cores]")] = None,
-    data_dir: Annotated[
-        str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    workers: WorkersOption = None,
+    data_dir: DataDirOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """PowerFlow-reconstructed vs baselines at equal energy, with budget and clock-cap sweeps (issue 8)."""
     from ..experiments.powerflow import LABEL, parse_caps, parse_list, prepare, run_experiment
@@ -137,11 +139,9 @@ def eaco(
         float, typer.Option(help="prediction noise: std. dev. of a shared job's true speed around the model")
     ] = 0.05,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/eaco"),
-    workers: Annotated[int | None, typer.Option(help="worker processes [default: all cores]")] = None,
-    data_dir: Annotated[
-        str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    workers: WorkersOption = None,
+    data_dir: DataDirOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """EaCO vs FIFO, FIFO_packed and Gandiva on 28 and 64 nodes of 8 V100: energy, active nodes, runtime, JCT."""
     from ..experiments.eaco import run_experiment

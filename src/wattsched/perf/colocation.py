@@ -221,10 +221,6 @@ def sharing_model(name: str) -> SharingModel:
     raise ValueError(f"unknown sharing model {name!r}: one of {', '.join(SHARING_MODELS)}")
 
 
-def model_key(name: str) -> str:
-    return normalise(name)
-
-
 # --- what `wattsched perf colocate` shows -----------------------------------------------------------------------
 def colocate(
     models: Sequence[str], gpu: str = EACO_GPU, gpus: int = EACO_GPUS, hours: float | None = None
@@ -261,10 +257,10 @@ def colocate(
         "sharing model `eaco`: fitted to EaCO Table 1 and the Table 3 pairs (docs/eaco.md §2); sets of three or "
         "four jobs are predictions, not calibration rows",
     ]
-    measured = [k for k in keys if k not in model.loads]
-    if measured:
+    unmeasured = [k for k in keys if k not in model.loads]
+    if unmeasured:
         notes.append(
-            f"load of {', '.join(sorted(set(measured)))} not measured by EaCO: catalog utilisation x "
+            f"load of {', '.join(sorted(set(unmeasured)))} not measured by EaCO: catalog utilisation x "
             f"{model.other_scale:.3f} (reconstructed)"
         )
     if hours is None and not all(table1 and k in EACO_ALONE for k in keys):
