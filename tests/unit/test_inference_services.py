@@ -1,0 +1,80 @@
+"""Inference services for CE-DLA (workloads/inference.py): rates from CSV or the diurnal generator, GPUs per hour
+from the M/M/c sizing, reconstructed serving rates from the training tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wattsched.core.errors import InputError
+from wattsched.perf.queueing import gpus_needed
+from wattsched.perf.tables import elasticflow_tables
+from wattsched.workloads.inference import (
+    DiurnalRate,
+    InferenceService,
+    read_rates_csv,
+    service_rate_rps,
+    service_rate_table,
+)
+
+PERFDATA = Path(__file__).resolve().parent.parent / "fixtures" / "perfdata"
+
+
+def test_diurnal_rates_are_seeded_and_peak_at_the_peak_hour():
+    shape = DiurnalRate(base_rps=10.0, peak_rps=90.0, peak_hour=14.0, noise_sigma=0.0)
+    day = shape.series(24, seed=1)
+    assert int(np.argmax(day)) == 14 and day[14] == pytest.approx(90.0) and day[2] == pytest.approx(10.0)
+    noisy = DiurnalRate(noise_sigma=0.2)
+    a, b = noisy.series(24 * 60, seed=7), noisy.series(24 * 60, seed=7)
+    assert np.array_equal(a, b) and not np.array_equal(a, noisy.series(24 * 60, seed=8))
+    clean = DiurnalRate(noise_sigma=0.0).series(24 * 60, seed=7)
+    assert a.mean() == pytest.approx(clean.mean(), rel=0.03)  # the noise has mean 1
+
+
+def test_gpus_per_hour_follow_the_rate():
+    rates = DiurnalRate(base_rps=5.0, peak_rps=200.0, noise_sigma=0.0).series(24, seed=0)
+    svc = InferenceService("chat", "bert", rates, slo_s=0.2, slo_kind="p95")
+    gpus = svc.gpus_per_hour(service_rate_rps=30.0)
+    assert gpus[14] == gpus.max() and gpus[2] == gpus.min() >= 1
+    assert gpus[14] == gpus_needed(float(rates[14]), 30.0, 0.2, "p95")
+    with pytest.raises(ValueError, match="service chat"):
+        svc.gpus_per_hour(service_rate_rps=5.0)  # p95 of one request alone is 0.6 s > 0.2 s
+
+
+def test_rates_csv_is_read_and_bad_cells_name_file_line_and_column(tmp_path):
+    good = tmp_path / "rates.csv"
+    good.write_text("hour,chat,vision\n0,10,0\n1,12.5,3\n2,8,1\n")
+    rates = read_rates_csv(good)
+    assert list(rates) == ["chat", "vision"] and rates["chat"].tolist() == [10.0, 12.5, 8.0]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("hour,chat\n0,10\n1,-3\n")
+    with pytest.raises(InputError) as err:
+        read_rates_csv(bad)
+    assert "bad.csv:3: field 'chat'" in str(err.value)
+    gap = tmp_path / "gap.csv"
+    gap.write_text("hour,chat\n0,10\n2,10\n")
+    with pytest.raises(InputError, match="hours 0, 1, 2"):
+        read_rates_csv(gap)
+    none = tmp_path / "none.csv"
+    none.write_text("hour\n0\n")
+    with pytest.raises(InputError, match="no service column"):
+        read_rates_csv(none)
+
+
+def test_serving_rates_come_from_the_training_tables():
+    tables = elasticflow_tables("T4", PERFDATA)
+    table = service_rate_table(tables)
+    assert len(table) == len(tables)
+    row = table[table.model == "cifar10"].iloc[0]
+    # cifar10 batch 128 trains at 10 it/s on one T4 (fixture): 1,280 samples/s, served at 3x
+    assert row.train_samples_per_s == pytest.approx(1280.0)
+    assert row.serve_requests_per_s == pytest.approx(service_rate_rps(1280.0)) == pytest.approx(3840.0)
+
+
+def test_service_validates_its_slo():
+    with pytest.raises(ValueError, match="SLO kind"):
+        InferenceService("s", "bert", [1.0], slo_s=1.0, slo_kind="p99")
+    with pytest.raises(ValueError, match="positive"):
+        InferenceService("s", "bert", [1.0], slo_s=0.0)
