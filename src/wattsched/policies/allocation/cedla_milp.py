@@ -19,6 +19,7 @@ booting in a slot keeps only the whole GPUs of the rest of it, b = boot time / s
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -102,6 +103,12 @@ def plan_cost(inst: PlanInstance, job_gpus, service_gpus, node_on) -> tuple[floa
     boot_kwh = (starts * inst.boot_j[:, None]).sum(axis=0) / 3.6e6
     kwh = inst.pue * (watts * inst.slot_h / 1000.0 + boot_kwh)
     return float((kwh * inst.price).sum()), float(kwh.sum())
+
+
+def boot_loss(inst: PlanInstance, node: int) -> int:
+    """GPUs a node cannot use in the slot it boots in: it keeps only the whole GPUs of the rest of the slot."""
+    g = int(inst.gpus[node])
+    return g - math.floor(g * (1.0 - float(inst.boot_share[node])) + 1e-9)
 
 
 def node_groups(inst: PlanInstance) -> list[list[int]]:
@@ -190,7 +197,7 @@ def solve_milp(inst: PlanInstance, time_limit_s: float = 60.0, mip_rel_gap: floa
             row([(zi(i, g, t), 1.0) for g in range(ng)], float(inst.service_gpus[i, t]), np.inf)
     for g in range(ng):
         # A node booting in a slot can use only the whole GPUs of the rest of it.
-        lost = gpus[g] - np.floor(gpus[g] * (1.0 - float(inst.boot_share[first[g]])) + 1e-9)
+        lost = float(boot_loss(inst, first[g]))
         was_on = float(inst.initially_on[first[g]]) * count[g]
         for t in range(slots):  # GPUs of powered-on nodes, minus the booting nodes' share of the slot
             entries = [(xi(j, g, t), 1.0) for j in range(jobs)] + [
@@ -217,7 +224,7 @@ def solve_milp(inst: PlanInstance, time_limit_s: float = 60.0, mip_rel_gap: floa
             raise InfeasiblePlan(f"no plan meets every deadline and SLO ({res.message})")
         raise WattschedError(f"the MILP solver stopped without a plan: {res.message}")
     v = np.round(res.x)
-    job_gpus, service_gpus, node_on = _lay_out(
+    job_gpus, service_gpus, node_on = lay_out(
         inst, groups, v[ox : ox + nx].reshape(jobs, ng, slots), v[oz : oz + nz].reshape(services, ng, slots),
         v[oy : oy + ny].reshape(ng, slots),
     )  # fmt: skip
@@ -227,7 +234,7 @@ def solve_milp(inst: PlanInstance, time_limit_s: float = 60.0, mip_rel_gap: floa
     return Plan(job_gpus, service_gpus, node_on, cost, kwh, status, solve_s, gap)
 
 
-def _lay_out(inst: PlanInstance, groups, x, z, on_count):
+def lay_out(inst: PlanInstance, groups, x, z, on_count):
     """Per-group counts onto nodes: a group's first `on` nodes are on (the ones on longest stay on); jobs, then
     services, fill their GPUs node by node (booting nodes last, with their usable share)."""
     n_nodes, slots, jobs, services = inst.shape
@@ -241,7 +248,7 @@ def _lay_out(inst: PlanInstance, groups, x, z, on_count):
             free = [float(inst.gpus[n]) for n in nodes[:k]]
             prev = int(on_count[g, t - 1]) if t else (len(nodes) if inst.initially_on[nodes[0]] else 0)
             for idx in range(min(prev, k), k):  # switched on in this slot
-                free[idx] = np.floor(free[idx] * (1.0 - float(inst.boot_share[nodes[idx]])) + 1e-9)
+                free[idx] -= boot_loss(inst, nodes[idx])
             for amounts, out in ((x[:, g, t], job_gpus), (z[:, g, t], service_gpus)):
                 for who, need in enumerate(amounts):
                     idx = 0
@@ -252,3 +259,33 @@ def _lay_out(inst: PlanInstance, groups, x, z, on_count):
                         need -= take
                         idx += 1
     return job_gpus, service_gpus, node_on
+
+
+def random_instance(seed: int, nodes: int = 20, slots: int = 48, jobs: int = 50) -> PlanInstance:
+    """A seeded synthetic instance (benchmarks and tests): nodes of 8 GPUs, a daily sine-shaped price with noise,
+    jobs of 2-40 GPU-hours on 1-8 GPUs with windows of 12 slots or more, two services with a diurnal demand."""
+    rng = np.random.default_rng(seed)
+    hours = np.arange(slots)
+    price = 0.10 + 0.06 * np.sin(2 * np.pi * (hours - 8) / 24) + rng.normal(0, 0.01, slots)
+    gpus = rng.choice([1, 2, 4, 8], size=jobs, p=[0.4, 0.2, 0.2, 0.2])
+    first = rng.integers(0, slots // 2, size=jobs)
+    window = rng.integers(12, slots + 1, size=jobs)
+    deadline = np.minimum(first + window, slots)
+    span = deadline - first
+    work = np.minimum(rng.uniform(2, 40, size=jobs), 0.6 * span * gpus).round(1)
+    demand = np.round(4 + 3 * np.sin(2 * np.pi * (hours - 14) / 24)).astype(int)
+    return PlanInstance(
+        gpus=np.full(nodes, 8),
+        node_on_w=np.full(nodes, 100 + 2 * 15 + 8 * 30.0),
+        boot_j=np.full(nodes, 300.0 * 120),
+        boot_share=np.full(nodes, 120 / 3600),
+        price=np.maximum(price, 0.01),
+        job_work_gpu_h=work,
+        job_max_gpus=gpus,
+        job_first_slot=first,
+        job_deadline_slot=deadline,
+        job_busy_w=rng.uniform(150, 250, size=jobs),
+        service_gpus=np.vstack([demand, np.maximum(demand - 2, 0)]),
+        service_busy_w=np.array([120.0, 180.0]),
+        initially_on=np.zeros(nodes, dtype=bool),
+    )
