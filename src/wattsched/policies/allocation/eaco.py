@@ -193,7 +193,7 @@ class EaCO(AllocationPolicy):
                 where[key] = target.placement
         requeue = self._observe(view, plan, sets)
         # Sets a newcomer may still join, by GPU count (the thresholds are checked once here, and on each join).
-        self._open: dict[int, dict[tuple, None]] = {}
+        self._open: dict[int, dict[tuple, tuple[float, float]]] = {}  # size -> set -> (load, memory)
         for key in sets:
             self._update_open(key, sets[key])
         if requeue:
