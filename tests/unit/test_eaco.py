@@ -18,6 +18,7 @@ from tests.conftest import make_cluster
 from wattsched.cli.main import app
 from wattsched.core.gpus import gpu_model
 from wattsched.core.jobs import JobTable
+from wattsched.energy.dvfs import DEFAULT_SETTING
 from wattsched.engine.temporal import Simulator
 from wattsched.perf.colocation import (
     EACO_ALONE,
@@ -207,3 +208,24 @@ def test_colocated_jobs_never_exceed_gpu_memory(gavel_dir):
             for g in gpus:
                 used[g] = used.get(g, 0.0) + memory[job]
         assert all(v <= cap + 1e-9 for v in used.values()), (t, used)
+
+
+def test_the_gpus_of_a_shared_set_draw_the_fitted_combined_load(gavel_dir):
+    """Under the `eaco` sharing model the engine charges a shared GPU max + beta * (sum - max) of its jobs' loads
+    (the job with the largest load adds its own, the others beta times theirs), and full loads once alone."""
+    jobs = _jobs(["alexnet", "vgg16"], [0.0, 10.0], [8, 8])
+    sim, out, policy = _run(jobs, 1, gavel_dir)
+    assert policy.colocations == 1
+    model = sim.perf.sharing
+    solo = {j: sim.perf.gpu_load(j, 0, DEFAULT_SETTING) for j in (0, 1)}
+    frame = sim.log.frame(sim.spec.node_names, sim.jobs.job_id)
+    both = frame[(frame.time_s >= 10.0) & (frame.time_s < min(out.end_s))]
+    last = both.groupby("job_id").last()
+    combined = last.loc["j0", "gpu_load"] + last.loc["j1", "gpu_load"]
+    assert combined == pytest.approx(model.gpu_load([solo[0], solo[1]]))
+    assert last.loc["j1", "gpu_load"] == pytest.approx(solo[1])  # vgg16 carries the larger load
+    assert last.loc["j0", "gpu_load"] == pytest.approx(model.power_overlap * solo[0])
+    # the survivor of the pair goes back to its full load
+    survivor = int(np.argmax(out.end_s))
+    final = frame[frame.job_id == f"j{survivor}"].iloc[-2]  # the row before its release
+    assert final.gpu_load == pytest.approx(solo[survivor])

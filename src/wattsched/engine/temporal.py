@@ -501,7 +501,15 @@ class Simulator:
         """Co-runners changed for these jobs: re-rate the running ones whose rate moved."""
         skip = set(skip)
         for k in jobs:
-            if k in skip or self.status[k] != STATUS_RUNNING or self.phase[k] != PHASE_RUNNING:
+            if k in skip or self.status[k] != STATUS_RUNNING:
+                continue
+            if self.phase[k] == PHASE_RESTARTING:  # no progress to re-rate, but it draws power next to them
+                load = self._shared_load(k)
+                if load != self.load[k]:
+                    self.load[k] = load
+                    self._log(k)
+                continue
+            if self.phase[k] != PHASE_RUNNING:
                 continue
             new = self._current_rate(k)
             load = self._shared_load(k)
@@ -656,6 +664,7 @@ class Simulator:
         self.setting_id[job] = self.log.setting_id(setting)
         code = self._gpu_code(placement)
         self.load[job] = self.perf.gpu_load(job, code, setting) if self.held_gpus[job] else 0.0
+        self.load[job] = self._shared_load(job)
         if self.phase[job] == PHASE_RUNNING:
             self._settle(job)
             self.rate[job] = self._current_rate(job)
