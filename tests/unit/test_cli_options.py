@@ -97,6 +97,7 @@ VALUES = {
     "restart_model": ("fixed", "fixed"),
     "sharing_model": ("eaco", "eaco"),
     "sharing_noise": ("0.1", 0.1),
+    "deadline_slack": ("1.5", 1.5),
     "restart_delay_s": ("45", 45.0),
     "performance": ("tables", "tables"),
     "assign_models": ("always", "always"),

@@ -118,3 +118,28 @@ def test_same_seed_same_result_different_seed_may_differ():
     _, c = simulate(jobs, spec, placement="random", seed=2)
     assert np.array_equal(a.start_s, b.start_s) and a.placements == b.placements
     assert a.placements != c.placements
+
+
+def test_deadline_slack_sets_deadlines_and_the_summary_counts_misses(tmp_path):
+    """`--deadline-slack 1.0` gives every training job a deadline at submit + duration: a job that waits for GPUs
+    misses it, one that starts at once (and runs at trace speed) meets it."""
+    from wattsched.experiments.config import SimulationConfig
+    from wattsched.experiments.run import run_simulation
+
+    csv = tmp_path / "jobs.csv"
+    csv.write_text("job_id,submit_time,duration,num_gpu\na,0,100,1\nb,0,100,1\nc,0,100,1\n")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "name: one\nnode_groups:\n  - count: 1\n    gpus: 2\n    gpu_model: V100\n    cpu_milli: 8000\n"
+        "    memory_mib: 65536\n"
+    )
+    base = {"workload": str(csv), "cluster": str(cluster), "queue": "fifo", "placement": "first-fit"}
+    loose = run_simulation(SimulationConfig(**base), None).summary
+    assert "deadline_jobs" not in loose  # no deadlines, no deadline figures
+    tight = run_simulation(SimulationConfig(**base, deadline_slack=1.0), None).summary
+    assert (
+        tight["deadline_jobs"] == 3 and tight["deadline_misses"] == 1
+    )  # two GPUs: the third job waits 100 s
+    assert tight["deadline_lateness_mean_s"] == pytest.approx(100.0)
+    relaxed = run_simulation(SimulationConfig(**base, deadline_slack=2.0), None).summary
+    assert relaxed["deadline_misses"] == 0

@@ -81,6 +81,12 @@ class SimulationConfig(BaseModel):
     )
     shuffle: bool = Field(True, description="packing mode: seeded shuffle of the pod order")
     max_jobs: int | None = Field(None, ge=1, description="keep only the first N jobs by submission time")
+    deadline_slack: float | None = Field(
+        None,
+        ge=1.0,
+        description="give training jobs without a deadline one at submit + slack x trace duration "
+        "(ElasticFlow-style; none by default)",
+    )
     skip_invalid: bool = Field(False, description="skip malformed rows (counted in summary.json)")
     data_dir: str | None = Field(
         None, description="local dataset directory (else WATTSCHED_DATA or the cache)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import pandas as pd
 from .. import __version__
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.errors import WattschedError
-from ..core.jobs import JOB_CLASSES, JobTable
+from ..core.jobs import JOB_CLASSES, TRAINING, JobTable
 from ..core.states import STATUS_DONE, STATUS_DROPPED, STATUS_NAMES, STATUS_UNSCHEDULABLE
 from ..engine.meter import PowerMeter
 from ..engine.packing import run_packing
@@ -71,8 +71,37 @@ def load_inputs(cfg: SimulationConfig) -> Inputs:
     if cfg.max_jobs is not None and cfg.max_jobs < len(jobs):
         keep = np.sort(np.argsort(jobs.submit_s, kind="stable")[: cfg.max_jobs])
         jobs = jobs.subset(keep)
+    if cfg.deadline_slack is not None:
+        jobs = with_deadlines(jobs, cfg.deadline_slack)
     notes = list(jobs.notes) + ([cluster.notes] if cluster.notes else [])
     return Inputs(jobs, cluster, skipped + too_big, examples + big_examples, has_times, notes, origin)
+
+
+def _deadline_metrics(deadline: np.ndarray, end: np.ndarray) -> dict[str, float | int]:
+    """Jobs with a deadline, how many finished after it (or not at all), and the mean lateness of those."""
+    has = ~np.isnan(deadline)
+    if not has.any():
+        return {}
+    late = has & ~(end <= deadline)  # unfinished (NaN end) counts as a miss
+    finished_late = late & ~np.isnan(end)
+    return {
+        "deadline_jobs": int(has.sum()),
+        "deadline_misses": int(late.sum()),
+        "deadline_lateness_mean_s": float((end - deadline)[finished_late].mean())
+        if finished_late.any()
+        else 0.0,
+    }
+
+
+def with_deadlines(jobs: JobTable, slack: float) -> JobTable:
+    """Training jobs without a deadline get one at submit + `slack` x their trace duration (docs/cedla.md §1.3)."""
+    missing = np.isnan(jobs.deadline_s) & (jobs.job_class == TRAINING)
+    deadline = np.where(missing, jobs.submit_s + slack * jobs.duration_s, jobs.deadline_s)
+    notes = [
+        *jobs.notes,
+        f"{int(missing.sum())} training job(s) given a deadline at submit + {slack:g} x duration",
+    ]
+    return replace(jobs, deadline_s=deadline, notes=notes)
 
 
 def _load_cluster(cfg: SimulationConfig) -> ClusterSpec:
@@ -247,6 +276,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
         "preemptions": int(outcome.preemptions.sum()),
         # Summed as GPU time: jobs count work in their own units (iterations, or seconds without a table).
         "preemption_lost_gpu_hours": float(outcome.lost_gpu_s.sum()) / 3600.0,
+        **_deadline_metrics(jobs.deadline_s, outcome.end_s),
     }
     series = recorder.frame()
     if energy is not None:
