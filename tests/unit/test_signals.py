@@ -600,3 +600,59 @@ def test_real_de_lu_2023_price_dst_reported():
     assert s.unit == "EUR/MWh" and s.hours == 8760
     assert s.report["nonexistent_dropped"] == 1 and s.report["interpolated_hours"] == 1
     assert s.values.mean() == pytest.approx(95, abs=3)
+
+
+# --- a user's own market (--price-csv, --carbon-csv) ----------------------------------------------------------
+def _market_csv(path, kind: str, hours: int = 24 * 366, skip: tuple[int, ...] = (), zone: str = "-08:00"):
+    from datetime import datetime as _dt
+    from datetime import timedelta as _td
+
+    column = "price_usd_per_mwh" if kind == "price" else "carbon_g_per_kwh"
+    start = _dt(2023, 1, 1)
+    rows = [f"time,{column}"]
+    for h in range(hours):
+        if h in skip:
+            continue
+        stamp = (start + _td(hours=h)).strftime("%Y-%m-%dT%H:00:00") + zone
+        rows.append(f"{stamp},{50 + (h % 24)}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_csv_market_covers_its_local_year_and_fills_short_gaps(tmp_path):
+    from wattsched.energy.signals import load_csv_signal
+
+    path = _market_csv(tmp_path / "p.csv", "price", skip=(100, 101))
+    sig = load_csv_signal(path, "price", 2023, "America/Los_Angeles")
+    assert sig.hours == 8760 and sig.unit == "USD/MWh" and sig.region == "csv:p.csv"
+    # local midnight is UTC 08:00; the first hour's value is 50 (hour 0 of the local day)
+    assert sig.start_utc.hour == 8 and sig.values[0] == 50
+    assert sig.report["interpolated_hours"] == 2  # the two missing hours, by the shipped series' gap rule
+    assert sig.report["gaps"][0]["first_missing_utc"] == "2023-01-05T12:00:00+00:00"  # hour 100 at -08:00
+
+
+def test_csv_market_errors_name_file_line_and_column(tmp_path):
+    from wattsched.core.errors import InputError
+    from wattsched.energy.signals import load_csv_signal
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,price_usd_per_mwh\n2023-01-01T00:00:00Z,40\n2023-01-01T01:30:00Z,41\n")
+    with pytest.raises(InputError, match=r"bad.csv:3: field 'time': timestamp .* is not on the hour"):
+        load_csv_signal(bad, "price", 2023)
+    bad.write_text("time,price_usd_per_mwh\n2023-01-01T00:00:00Z,abc\n")
+    with pytest.raises(InputError, match=r"bad.csv:2: field 'price_usd_per_mwh': not a finite number"):
+        load_csv_signal(bad, "price", 2023)
+    bad.write_text("when,price\n")
+    with pytest.raises(InputError, match="missing column"):
+        load_csv_signal(bad, "price", 2023)
+
+
+def test_simulate_with_a_price_csv_computes_cost(tmp_path):
+    from wattsched.experiments.config import SimulationConfig
+    from wattsched.experiments.run import run_simulation
+
+    path = _market_csv(tmp_path / "p.csv", "price", zone="Z")
+    cfg = SimulationConfig(workload="synthetic", price_csv=str(path), year=2023, max_jobs=50)
+    summary = run_simulation(cfg, None).summary
+    assert summary["cost_usd"] is not None and summary["cost_usd"] > 0
+    assert summary["co2_kg"] is None  # no carbon CSV and no region

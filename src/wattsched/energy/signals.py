@@ -189,6 +189,13 @@ def _parse_rows(path: Path, time_col: str, value_col: str, lines: list, times: l
         raise InputError(
             path, int(line_arr[i]), time_col, f"bad timestamp {times[i]!r}; expected 'YYYY-MM-DD HH:MM:SS'"
         )
+    return ts, _hourly_values(path, line_arr, ts, times, values, time_col, value_col), line_arr
+
+
+def _hourly_values(
+    path: Path, line_arr, ts: pd.Series, times: list, values: list, time_col: str, value_col: str
+):
+    """The values as floats, after checking every timestamp is on the hour and every value finite."""
     off_hour = np.flatnonzero(((ts.dt.minute != 0) | (ts.dt.second != 0)).to_numpy())
     if off_hour.size:
         i = int(off_hour[0])
@@ -199,7 +206,7 @@ def _parse_rows(path: Path, time_col: str, value_col: str, lines: list, times: l
         i = int(bad[0])
         what = "empty value" if values[i] == "" else f"not a finite number: {values[i]!r}"
         raise InputError(path, int(line_arr[i]), value_col, what)
-    return ts, vals, line_arr
+    return vals
 
 
 def _epoch_hours(ts_utc: pd.Series) -> np.ndarray:
@@ -770,3 +777,49 @@ def align(
     if trace_length_s is not None:
         aligned._past_end(np.asarray([float(trace_length_s)]), inclusive_end=True)
     return aligned
+
+
+# --- a user's own market: hourly CSV -------------------------------------------------------------------
+CSV_TIME_COLUMN = "time"
+CSV_VALUE_COLUMNS = {"price": ("price_usd_per_mwh",), "carbon": ("carbon_g_per_kwh",)}
+CSV_UNITS = {"price": "USD/MWh", "carbon": CARBON_UNIT}
+
+
+def load_csv_signal(
+    path: str | Path,
+    kind: str,
+    year: int,
+    tz: str = "UTC",
+    *,
+    max_gap_hours: int = DEFAULT_MAX_GAP_HOURS,
+    fill: Fill | None = None,
+) -> GridSignal:
+    """An hourly price (``time, price_usd_per_mwh``) or carbon-intensity (``time, carbon_g_per_kwh``) series of
+    the user's own market, over the local calendar `year` in `tz`, with the same gap rules as the shipped series
+    (docs/signals.md). ``time`` is ISO 8601 with a zone (``2023-01-01T00:00:00-08:00``) or UTC when it has none."""
+    if kind not in CSV_VALUE_COLUMNS:
+        raise UnknownNameError("signal kind", kind, tuple(CSV_VALUE_COLUMNS))
+    try:
+        ZoneInfo(tz)
+    except (KeyError, ValueError):
+        raise WattschedError(f"unknown time zone {tz!r} (an IANA name such as America/Los_Angeles)") from None
+    path = Path(path)
+    value_col, lines, times, values = _read_columns(path, CSV_TIME_COLUMN, CSV_VALUE_COLUMNS[kind])
+    line_arr = np.asarray(lines, dtype=np.int64)
+    ts = pd.to_datetime(pd.Series(times, dtype=object), utc=True, errors="coerce", format="ISO8601")
+    bad = np.flatnonzero(ts.isna().to_numpy())
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(
+            path, int(line_arr[i]), CSV_TIME_COLUMN, f"bad timestamp {times[i]!r}; expected ISO 8601"
+        )
+    vals = _hourly_values(path, line_arr, ts, times, values, CSV_TIME_COLUMN, value_col)
+    raw = RawSeries(str(path), _epoch_hours(ts), vals, line_arr, CSV_UNITS[kind], rows_read=len(vals))
+    window = year_window(int(year), tz)
+    label = f"{path.name} {kind} window for {year} in {tz}"
+    cleaned, report = clean_hourly(raw, window, tz=tz, max_gap_hours=max_gap_hours, fill=fill, label=label)
+    report["dataset_file"] = str(path)
+    report["timestamps"] = "ISO 8601 with zone, else UTC"
+    name = "price" if kind == "price" else "carbon_direct"
+    return GridSignal(name, kind, CSV_UNITS[kind], f"csv:{path.name}", int(year), tz, window[0], cleaned, report,
+                      f"user-supplied {path}")  # fmt: skip

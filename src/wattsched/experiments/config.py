@@ -105,6 +105,13 @@ class SimulationConfig(BaseModel):
     power_states: PowerStateConfig = Field(default_factory=PowerStateConfig)
     region: str | None = Field(None, description="grid region for price and carbon, e.g. US-CAL-CISO")
     year: int = Field(2023, description="grid signal year")
+    price_csv: str | None = Field(
+        None, description="hourly price CSV of your own market: time, price_usd_per_mwh (instead of --region)"
+    )
+    carbon_csv: str | None = Field(
+        None, description="hourly carbon-intensity CSV: time, carbon_g_per_kwh (instead of --region)"
+    )
+    signal_tz: str = Field("UTC", description="time zone of the market of --price-csv / --carbon-csv")
     align: Literal["weekday_hour", "offset"] = Field("weekday_hour", description="trace-to-grid time rule")
     grid_start: datetime | None = Field(None, description="align=offset: grid time of trace time 0")
     wrap: Literal["cycle_year", "error"] = Field(

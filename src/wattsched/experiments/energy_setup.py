@@ -43,14 +43,26 @@ class EnergySetup:
 
 
 def _signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[str]):
+    from ..energy import signals
+
+    kw = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
+    fill = {"max_gap_hours": cfg.signal_max_gap_hours, "fill": cfg.signal_fill}
+    if cfg.price_csv or cfg.carbon_csv:  # the user's own market, CSV by CSV; a region fills in neither
+        out = []
+        for kind, path in (("price", cfg.price_csv), ("carbon", cfg.carbon_csv)):
+            if path is None:
+                notes.append(
+                    f"no --{kind}-csv given: {'cost_usd' if kind == 'price' else 'co2_kg'} is not computed"
+                )
+                out.append(None)
+                continue
+            signal = signals.load_csv_signal(path, kind, cfg.year, cfg.signal_tz, **fill)
+            out.append(signals.align(signal, trace_start, **kw))
+        return out[0], out[1]
     if cfg.region is None:
         notes.append("no --region given: cost_usd and co2_kg are not computed")
         return None, None
-    from ..energy import signals
-
     price = carbon = None
-    kw = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
-    fill = {"max_gap_hours": cfg.signal_max_gap_hours, "fill": cfg.signal_fill}
     if cfg.region in signals.price_catalog():
         price_signal = signals.load_price(cfg.region, cfg.year, cfg.data_dir, to_usd=True, **fill)
         price = signals.align(price_signal, trace_start, **kw)
