@@ -656,3 +656,30 @@ def test_simulate_with_a_price_csv_computes_cost(tmp_path):
     summary = run_simulation(cfg, None).summary
     assert summary["cost_usd"] is not None and summary["cost_usd"] > 0
     assert summary["co2_kg"] is None  # no carbon CSV and no region
+
+
+def test_policies_see_the_prices_ahead(tmp_path, monkeypatch):
+    """view.price_ahead_usd_per_mwh(h): the next h hourly prices, the first being the price now."""
+    from wattsched.experiments.config import SimulationConfig
+    from wattsched.experiments.run import run_simulation
+    from wattsched.policies.allocation.tiresias import Tiresias
+
+    seen = []
+    original = Tiresias.allocate
+
+    def recording(self, view):
+        if not seen:
+            seen.append((view.now, view.price_usd_per_mwh(), view.price_ahead_usd_per_mwh(30)))
+        return original(self, view)
+
+    monkeypatch.setattr(Tiresias, "allocate", recording)
+    path = _market_csv(tmp_path / "p.csv", "price", zone="Z")  # price = 50 + UTC hour of day
+    cfg = SimulationConfig(
+        workload="synthetic", price_csv=str(path), year=2023, max_jobs=20, allocation="tiresias"
+    )
+    run_simulation(cfg, None)
+    now, price_now, ahead = seen[0]
+    assert len(ahead) == 30 and ahead[0] == price_now
+    # trace time 0 is Monday 00:00 UTC (no calendar start): hour k of the trace costs 50 + (hour of day)
+    hour0 = int(now // 3600)
+    assert ahead.tolist() == [50.0 + (hour0 + k) % 24 for k in range(30)]

@@ -933,6 +933,12 @@ class SimView:
         price = self._sim.price
         return None if price is None else float(price.value_at(np.array([self._sim.now]))[0])
 
+    def price_ahead_usd_per_mwh(self, hours: int) -> np.ndarray | None:
+        price = self._sim.price
+        if price is None:
+            return None
+        return price.value_at(self._sim.now + 3600.0 * np.arange(max(int(hours), 0)))
+
     def carbon_g_per_kwh(self) -> float | None:
         carbon = self._sim.carbon
         return None if carbon is None else float(carbon.value_at(np.array([self._sim.now]))[0])

@@ -152,6 +152,10 @@ class ClusterView(Protocol):
 
     def carbon_g_per_kwh(self) -> float | None: ...
 
+    def price_ahead_usd_per_mwh(self, hours: int) -> np.ndarray | None:
+        """The price of each of the next `hours` hours, starting with the one now (a day-ahead market publishes
+        them in advance; the simulator reads the aligned series); None without a price series."""
+
     def next_arrival_s(self) -> float:
         """Submission time of the next job not yet arrived (inf when none)."""
 
