@@ -1,5 +1,6 @@
 """Allocation policies (decide every round what every job holds); importing this package registers them."""
 
+from . import cedla as _cedla  # noqa: F401
 from . import eaco as _eaco  # noqa: F401
 from . import gandiva as _gandiva  # noqa: F401
 from . import optimus as _optimus  # noqa: F401
