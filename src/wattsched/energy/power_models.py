@@ -57,6 +57,14 @@ class PowerModel:
 POWER_MODELS: Registry[PowerModel] = Registry("power model")
 
 
+def idle_node_draw_w(spec: ClusterSpec) -> np.ndarray:
+    """Per node, what it draws powered on with nothing running under the linear model (node base + idle CPU
+    sockets + idle GPUs): the price planners put on keeping a node on."""
+    model = LinearModel()
+    model.bind(spec)
+    return model.default_node_base_w + model.node_idle_w(np.arange(spec.num_nodes))
+
+
 @POWER_MODELS.register("binary")
 class BinaryModel(PowerModel):
     """PWR (Lettich et al., CCGrid'25): a GPU with any allocation draws TDP, a free one idle power; CPU sockets

@@ -504,7 +504,7 @@ class Simulator:
             if k in skip or self.status[k] != STATUS_RUNNING:
                 continue
             if self.phase[k] == PHASE_RESTARTING:  # no progress to re-rate, but it draws power next to them
-                load = self._shared_load(k)
+                load = self._load_now(k)
                 if load != self.load[k]:
                     self.load[k] = load
                     self._log(k)
@@ -512,7 +512,7 @@ class Simulator:
             if self.phase[k] != PHASE_RUNNING:
                 continue
             new = self._current_rate(k)
-            load = self._shared_load(k)
+            load = self._load_now(k)
             if new != self.rate[k] or load != self.load[k]:
                 self._settle(k)
                 self.rate[k] = new
@@ -520,15 +520,17 @@ class Simulator:
                 self._schedule_completion(k)
                 self._log(k)
 
-    def _shared_load(self, job: int) -> float:
-        """A job's GPU load next to its current co-runners (the sharing model may not simply add loads up)."""
-        if self.share[job] >= MILLI or not self.held_gpus[job]:
-            return float(self.load[job])
+    def _load_now(self, job: int) -> float:
+        """The load a job adds to each of its GPUs: its setting's, and on shared GPUs what the sharing model says
+        next to its current co-runners (loads need not simply add up)."""
+        if not self.held_gpus[job]:
+            return 0.0
         placement = self.log.placements[int(self.alloc_id[job])]
         setting = self.log.settings[int(self.setting_id[job])]
-        return self.perf.shared_load(
-            job, self._gpu_code(placement), setting, self._co_runners(job, placement)
-        )
+        code = self._gpu_code(placement)
+        if self.share[job] >= MILLI:
+            return self.perf.gpu_load(job, code, setting)
+        return self.perf.shared_load(job, code, setting, self._co_runners(job, placement))
 
     def _sharers_of(self, placement: Placement) -> set[int]:
         width = self._gpu_width
@@ -552,7 +554,7 @@ class Simulator:
         self._last_start = now
         self.running[job] = None
         if target.share_milli < MILLI:
-            self.load[job] = self._shared_load(job)
+            self.load[job] = self._load_now(job)
         if first or ngpu == 0:
             exclusive = target.share_milli >= MILLI and not self.perf.modelled[job]
             # An exclusive job without a table needs no co-runner or placement-span lookup.
@@ -662,9 +664,7 @@ class Simulator:
         if self.held_gpus[job]:
             self._check_setting(job, placement, setting)
         self.setting_id[job] = self.log.setting_id(setting)
-        code = self._gpu_code(placement)
-        self.load[job] = self.perf.gpu_load(job, code, setting) if self.held_gpus[job] else 0.0
-        self.load[job] = self._shared_load(job)
+        self.load[job] = self._load_now(job)
         if self.phase[job] == PHASE_RUNNING:
             self._settle(job)
             self.rate[job] = self._current_rate(job)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
+from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
 from .parallel import executor
 
@@ -119,7 +120,7 @@ def run_task(setup: Setup, policy: str, nodes: int, seed: int) -> RunRecord:
     except WattschedError as exc:  # name the run; a plain message pickles across processes
         raise WattschedError(f"{policy} on {nodes} nodes, seed {seed}: {exc}") from None
     s, jobs, series = result.summary, result.jobs, result.series
-    done = jobs["status"] == "completed"
+    done = jobs["status"] == STATUS_NAMES[STATUS_DONE]
     t = series["time_s"].to_numpy(dtype=float)
     on = series["nodes_on"].to_numpy(dtype=float) if "nodes_on" in series else np.full(t.size, float(nodes))
     params = (s.get("policies", {}).get("allocation") or {}).get("parameters") or {}

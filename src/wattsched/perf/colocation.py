@@ -25,9 +25,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..core.cluster import ClusterSpec
 from ..core.gpus import gpu_model
 from ..energy.binary import PWR_FALLBACK_CPU
-from ..energy.power_models import DEFAULT_NODE_BASE_W
+from ..energy.power_models import idle_node_draw_w
 from .catalog import MODEL_FACTS, normalise
 
 SHARING_MODELS = ("slicing", "eaco")
@@ -51,10 +52,16 @@ EACO_GPUS = 8
 EACO_SOCKETS = 2  # 2x Xeon Gold 6240 per node
 
 
+@lru_cache(maxsize=64)
 def host_idle_w(gpu: str, gpus: int, sockets: int = EACO_SOCKETS) -> float:
-    """The engine's draw of a powered-on node with nothing running (linear power model, docs/energy.md)."""
+    """The engine's draw of a powered-on node with nothing running (linear power model, docs/energy.md), for one
+    node of `gpus` GPUs and `sockets` CPU sockets of the power model's CPU."""
     cpu = PWR_FALLBACK_CPU
-    return DEFAULT_NODE_BASE_W + sockets * cpu.idle_w + gpus * gpu_model(gpu).idle_w
+    node = ClusterSpec.from_arrays(
+        name="host", node_names=["host"], cpu_milli=[sockets * cpu.cores_per_socket * cpu.vcpus_per_core * 1000],
+        memory_mib=[0], gpu_count=[gpus], gpu_model_names=[gpu],
+    )  # fmt: skip
+    return float(idle_node_draw_w(node)[0])
 
 
 @dataclass(frozen=True)

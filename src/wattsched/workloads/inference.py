@@ -106,16 +106,14 @@ def service_rate_rps(samples_per_s_per_gpu: float) -> float:
     return samples_per_s_per_gpu / FORWARD_SHARE_OF_TRAINING_STEP
 
 
-def service_rate_table(tables: dict, batch_of: dict[str, float] | None = None) -> pd.DataFrame:
+def service_rate_table(tables: dict) -> pd.DataFrame:
     """Per model of a performance model's tables (``{name: ScalingTable}``): training samples/s per GPU on one GPU
-    at the table's first batch size, and the derived serving rate."""
+    at the table's first batch size, and the derived serving rate (models without a batch size are left out)."""
     rows = []
     for name, table in sorted(tables.items()):
-        batch = (batch_of or {}).get(name) or (
-            float(table.batch_sizes[0]) if table.batch_sizes[0] > 0 else None
-        )
-        iters = table.throughput(1, batch)
-        if not (iters > 0) or batch is None:
+        batch = float(table.batch_sizes[0])
+        iters = table.throughput(1, batch) if batch > 0 else 0.0
+        if not iters > 0:
             continue
         samples = iters * batch
         rows.append({"model": name, "batch": batch, "train_samples_per_s": samples,

@@ -23,9 +23,8 @@ import numpy as np
 from ...core.errors import WattschedError
 from ...core.gpus import gpu_model
 from ...core.jobs import TRAINING
-from ...energy.binary import PWR_FALLBACK_CPU
 from ...energy.dvfs import DEFAULT_SETTING
-from ...energy.power_models import DEFAULT_NODE_BASE_W
+from ...energy.power_models import idle_node_draw_w
 from ..base import PLACEMENT_POLICIES
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision
 from ..planning import Plan, job_gpu_codes
@@ -62,15 +61,11 @@ class CeDla(AllocationPolicy):
         self.codes = job_gpu_codes(ctx)
         spec = ctx.spec
         codes = np.maximum(spec.gpu_model_code, 0)
-        idle = (
+        self.gpu_idle_w = (
             np.array([gpu_model(spec.gpu_models[c]).idle_w for c in codes]) if spec.num_nodes else np.zeros(0)
         )
-        sockets = np.ceil(
-            spec.cpu_milli / (1000 * PWR_FALLBACK_CPU.cores_per_socket * PWR_FALLBACK_CPU.vcpus_per_core)
-        )
-        # Planning draw of a powered-on node with every GPU idle (the linear model's idle node, docs/energy.md).
-        self.node_on_w = DEFAULT_NODE_BASE_W + sockets * PWR_FALLBACK_CPU.idle_w + spec.gpu_count * idle
-        self.gpu_idle_w = idle
+        self.node_on_w = idle_node_draw_w(spec)  # the price of keeping a node on
+        self.gpus_per_node = int(spec.gpu_count.max()) if spec.num_nodes else 1
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -85,7 +80,7 @@ class CeDla(AllocationPolicy):
     def _gpu_hours_left(self, view: ClusterView, job: int) -> float:
         n = max(int(self.jobs.num_gpu[job]), 1)
         code = int(self.codes[job])
-        per_node = int(self.spec.gpu_count.max()) or 1
+        per_node = self.gpus_per_node or 1
         rate = self.perf.solo_rate(job, code, n, -(-n // per_node), 1, DEFAULT_SETTING)
         return float(view.remaining_work(np.array([job]))[0]) / rate / 3600.0 * n
 

@@ -104,12 +104,17 @@ class EaCO(AllocationPolicy):
         self.history: dict[tuple[str, int, tuple[str, ...]], list[float]] = {}
         sharing = self.perf.sharing
         if sharing.loads:
+            batches: dict[str, set[float]] = {}  # the batch sizes the workload's jobs of each model use
+            for key in self.model:
+                name, _, batch = key.rpartition("@")
+                batches.setdefault(name, set()).add(float(batch))
             for pair, _, _ in EACO_PAIRS:
                 for i, m in enumerate(pair):
                     other = pair[1 - i]
                     speed = sharing.speed(sharing.loads[m], [sharing.loads[other]])
-                    for bm, bo in self._batches(m, other):
-                        self.history[(f"{m}@{bm:g}", EACO_GPUS, (f"{other}@{bo:g}",))] = [speed, 1.0]
+                    for bm in sorted(batches.get(m, ())):
+                        for bo in sorted(batches.get(other, ())):
+                            self.history[(f"{m}@{bm:g}", EACO_GPUS, (f"{other}@{bo:g}",))] = [speed, 1.0]
         self.seeded_entries = len(self.history)
         # Observation of a co-located set: job -> (ready time, set of jobs, the job that joined last).
         self.watch: dict[int, tuple[float, frozenset[int], int]] = {}
@@ -118,14 +123,6 @@ class EaCO(AllocationPolicy):
         self.solo_only: set[int] = set()
         # When each job last took its GPUs (the host of a set is the first of its jobs).
         self.joined_at: dict[int, float] = {}
-
-    def _batches(self, m: str, other: str) -> list[tuple[float, float]]:
-        """The batch sizes the workload's jobs of models `m` and `other` use (the calibration applies to all)."""
-        by_model: dict[str, set[float]] = {}
-        for key in self.model:
-            name, _, batch = key.rpartition("@")
-            by_model.setdefault(name, set()).add(float(batch))
-        return [(a, b) for a in sorted(by_model.get(m, ())) for b in sorted(by_model.get(other, ()))]
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -150,11 +147,13 @@ class EaCO(AllocationPolicy):
         """Speed relative to alone next to `others` on the same GPUs: the history's mean, else the model."""
         if not others:
             return 1.0
-        key = (self.model[job], int(self.jobs.num_gpu[job]), tuple(sorted(self.model[k] for k in others)))
-        seen = self.history.get(key)
+        seen = self.history.get(self._history_key(job, others))
         if seen is not None:
             return seen[0] / seen[1]
         return self.perf.predicted_shared_factor(job, int(self.codes[job]), [others])
+
+    def _history_key(self, job: int, others) -> tuple[str, int, tuple[str, ...]]:
+        return (self.model[job], int(self.jobs.num_gpu[job]), tuple(sorted(self.model[k] for k in others)))
 
     def _keeps_bound(self, view: ClusterView, job: int, speed: float, key: tuple) -> bool:
         """Whether the job, at `speed` of its solo speed on GPU set `key`, keeps its deadline (none: its JCT
@@ -269,10 +268,7 @@ class EaCO(AllocationPolicy):
             if rate <= 0 or solo <= 0:
                 continue
             observed = min(rate / solo, 1.0)
-            others = sorted(self.model[k] for k in group if k != job)
-            entry = self.history.setdefault(
-                (self.model[job], int(self.jobs.num_gpu[job]), tuple(others)), [0.0, 0.0]
-            )
+            entry = self.history.setdefault(self._history_key(job, group - {job}), [0.0, 0.0])
             entry[0] += observed
             entry[1] += 1.0
             self.observations += 1
@@ -324,10 +320,11 @@ class EaCO(AllocationPolicy):
             cand = (objective, -util, key, placement)
             if best is None or cand[:2] < best[:2]:
                 best = cand
-        free = self._free_candidate(view, plan, job)
+        # Whole free GPUs of the requested count, packed onto the fewest nodes (best-fit).
+        free = self.placement.place(plan.state, req) if req.gpu_milli >= MILLI else None
         if free is not None:  # alone on free GPUs: nothing could run it faster, so no bound to check
-            objective = self._objective(view, job, [], _gpu_set(free), gpu, check=False)
-            cand = (objective, 0.0, _gpu_set(free), free)
+            free_key = _gpu_set(free)
+            cand = (self._objective(view, job, [], free_key, gpu, check=False), 0.0, free_key, free)
             if best is None or cand[:2] < best[:2]:
                 best = cand
         if best is None:
@@ -368,8 +365,3 @@ class EaCO(AllocationPolicy):
         # The newcomer's time next to the group stretches by its slowdown: energy over its run.
         energy_rel = added_w * slowdowns[-1] / alone_w if alone_w > 0 else 0.0
         return self.alpha * energy_rel + (1.0 - self.alpha) * float(np.mean(slowdowns))
-
-    def _free_candidate(self, view: ClusterView, plan: Plan, job: int):
-        """Whole free GPUs of the requested count, packed onto the fewest nodes (best-fit)."""
-        req = view.request(job)
-        return self.placement.place(plan.state, req) if req.gpu_milli >= MILLI else None
