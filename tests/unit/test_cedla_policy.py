@@ -26,7 +26,7 @@ def market(tmp_path):
     return tmp_path
 
 
-def _run(market, policy: dict, deadline_h: float | None):
+def _run(market, policy: dict, deadline_h: float | None, manager: str = "always-on"):
     deadline = "" if deadline_h is None else ",deadline"
     lines = [f"job_id,submit_time,duration,num_gpu{deadline}"]
     for i in range(6):
@@ -35,7 +35,7 @@ def _run(market, policy: dict, deadline_h: float | None):
     (market / "jobs.csv").write_text("\n".join(lines) + "\n")
     cfg = SimulationConfig(
         workload=str(market / "jobs.csv"), cluster=str(market / "c.yaml"), price_csv=str(market / "p.csv"),
-        year=2023, power_manager="always-on", **policy,
+        year=2023, power_manager=manager, **policy,
     )  # fmt: skip
     return run_simulation(cfg, None)
 
@@ -62,3 +62,17 @@ def test_work_that_cannot_wait_runs_at_once(market):
     assert tight.summary["deadline_misses"] == fifo.summary["deadline_misses"]
     free = _run(market, {"allocation": "cedla"}, deadline_h=None)  # no deadline: not deferrable
     assert (free.jobs["start_s"] < 43_200).all()
+
+
+def test_deferred_jobs_let_idle_nodes_power_off(market):
+    """Deferred jobs wait outside the queue, so idle-timeout switches the nodes off through the dear morning and
+    boots them for the cheap afternoon (dynamic right-sizing driven by the plan)."""
+    base = {"allocation": "cedla"}
+    drs = _run(market, base, 30, "idle-timeout")
+    always = _run(market, base, 30)
+    assert drs.summary["node_hours_off"] > 2 * 10  # both nodes off for most of the 12 dear hours
+    assert drs.summary["node_boots"] >= 1
+    assert drs.summary["deadline_misses"] == 0
+    assert drs.summary["energy_kwh"] < always.summary["energy_kwh"]
+    assert (drs.jobs["start_s"] >= 43_200).all()
+

@@ -174,6 +174,7 @@ class Simulator:
         self._residents: dict[int, list[int]] = {}  # GPU id -> jobs sharing it (share < 1000 only)
         self._priority = np.asarray(scheduler.priority(jobs), dtype=np.float64)
         self._pending: SortedList = SortedList()
+        self._deferred: set[int] = set()  # pending on purpose (Decision.defer): outside the queue
         self._heap: list[tuple[float, int, int, int, object]] = []
         self._seq = 0
         self._released = True
@@ -233,7 +234,7 @@ class Simulator:
         ai = 0
         # Callbacks (power timers, rounds) do not keep the run alive on their own: it ends with the last
         # completion, unless work is still waiting (e.g. for a node to boot).
-        while ai < n or self.running or (self._pending and heap):
+        while ai < n or self.running or ((self._pending or self._deferred) and heap):
             t_arrival = times_list[ai] if ai < n else math.inf
             t_event = heap[0][0] if heap else math.inf
             t = t_arrival if t_arrival < t_event else t_event
@@ -306,7 +307,20 @@ class Simulator:
         self._pending.add((self._priority[job], job))
 
     def _dequeue(self, job: int) -> None:
-        self._pending.remove((self._priority[job], job))
+        if job in self._deferred:
+            self._deferred.remove(job)
+        else:
+            self._pending.remove((self._priority[job], job))
+
+    def defer(self, job: int, deferred: bool) -> None:
+        if self.status[job] != STATUS_PENDING:
+            raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "defer of a job that is not pending")
+        if deferred and job not in self._deferred:
+            self._pending.remove((self._priority[job], job))
+            self._deferred.add(job)
+        elif not deferred and job in self._deferred:
+            self._deferred.remove(job)
+            self._pending.add((self._priority[job], job))
 
     def _settle(self, job: int) -> None:
         """Bring a holding job's progress (and its last checkpoint) up to now."""
@@ -718,7 +732,7 @@ class Simulator:
             raise AssertionError("a job started before it was submitted")
         if len(self.running) != int((self.status == STATUS_RUNNING).sum()):
             raise AssertionError("running set out of sync with job status")
-        if len(self._pending) != int((self.status == STATUS_PENDING).sum()):
+        if len(self._pending) + len(self._deferred) != int((self.status == STATUS_PENDING).sum()):
             raise AssertionError("pending queue out of sync with job status")
 
 
@@ -758,6 +772,10 @@ class SimActions:
     def reject(self, job: int) -> None:
         self._guard(job)
         self.sim.reject(job)
+
+    def defer(self, job: int, deferred: bool = True) -> None:
+        self._guard(job)
+        self.sim.defer(job, deferred)
 
     def power_on(self, nodes: Iterable[int]) -> None:
         if self.sim.power is None:
@@ -809,8 +827,14 @@ class SimView:
         return self._sim.pending()
 
     def pending_jobs(self) -> np.ndarray:
-        pending = self._sim._pending
-        return np.sort(np.fromiter((j for _, j in pending), dtype=np.int64, count=len(pending)))
+        sim = self._sim
+        queued = np.fromiter((j for _, j in sim._pending), dtype=np.int64, count=len(sim._pending))
+        if sim._deferred:
+            queued = np.concatenate([queued, self.deferred_jobs()])
+        return np.sort(queued)
+
+    def deferred_jobs(self) -> np.ndarray:
+        return np.array(sorted(self._sim._deferred), dtype=np.int64)
 
     def running_jobs(self) -> np.ndarray:
         running = self._sim.running

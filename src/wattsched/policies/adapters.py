@@ -174,7 +174,8 @@ class RoundScheduler(Scheduler):
         self.rounds += 1
         # The decision itself runs after every event at this time, so that jobs arriving now are in it.
         actions.decide_after_events()
-        if view.queue_length or len(view.running_jobs()) or view.next_arrival_s() <= view.now:
+        busy = view.queue_length or len(view.running_jobs()) or len(view.deferred_jobs())
+        if busy or view.next_arrival_s() <= view.now:
             nxt = view.now + self.round_s
         else:
             arrival = view.next_arrival_s()
@@ -203,7 +204,7 @@ class RoundScheduler(Scheduler):
                 if code >= 0:
                     setting = self.setting_rule.setting_for(self._model_names[code])
                     assign[job] = Target(target.placement, target.share_milli, setting)
-        return Decision(decision.keep, assign, decision.reject, decision.wake_at, decision.save_on_stop)
+        return replace(decision, assign=assign)
 
     def describe(self) -> dict[str, Any]:
         info = policy_info(self.policy)
@@ -249,6 +250,7 @@ def apply_decision(view: ClusterView, actions: Actions, decision: Decision, poli
         if status[job] != STATUS_PENDING:
             raise InvalidDecision(policy, str(ids[job]), "rejects a job that is not pending")
         actions.reject(job)
+    _apply_deferrals(view, actions, decision, policy)
     moves, retunes, starts = {}, [], []
     for job, target in assign.items():
         if status[job] == STATUS_PENDING:
@@ -265,3 +267,19 @@ def apply_decision(view: ClusterView, actions: Actions, decision: Decision, poli
         actions.retune(job, assign[job].setting)
     for job in starts:
         actions.start(job, assign[job])
+
+
+def _apply_deferrals(view: ClusterView, actions: Actions, decision: Decision, policy: str) -> None:
+    """Make the deferred set exactly ``decision.defer`` (jobs stopped by this decision may be deferred too)."""
+    wanted = {int(j) for j in decision.defer}
+    now = set(view.deferred_jobs().tolist())
+    for job in sorted(now - wanted):
+        actions.defer(job, False)
+    status = view.status
+    for job in sorted(wanted - now):
+        if not 0 <= job < len(status) or status[job] != STATUS_PENDING:
+            who = str(view.jobs.job_id[job]) if 0 <= job < len(status) else None
+            raise InvalidDecision(policy, who, "defers a job that is not pending")
+        if job in decision.assign:
+            raise InvalidDecision(policy, str(view.jobs.job_id[job]), "both defers and starts the job")
+        actions.defer(job, True)

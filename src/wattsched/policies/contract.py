@@ -65,7 +65,10 @@ class Decision:
     or running jobs to move, resize or retune; running jobs in neither are stopped (checkpointed, back to the queue);
     pending jobs in neither stay queued. ``reject``: pending jobs refused for good (counted as dropped).
     ``wake_at``: ask for another decision at that time (in addition to rounds). ``save_on_stop``: the stopped
-    jobs are suspended with their state saved (Gandiva's suspend), so they lose no progress.
+    jobs are suspended with their state saved (Gandiva's suspend), so they lose no progress. ``defer``: pending jobs
+    the policy holds back on purpose (a planned later start, e.g. for a cheaper hour): they leave the queue that
+    power managers size boots from, until a decision no longer lists them (a live backend holds them in the
+    cluster manager, e.g. ``scontrol hold``).
     """
 
     keep: np.ndarray | Sequence[int] = ()
@@ -73,6 +76,7 @@ class Decision:
     reject: Sequence[int] = ()
     wake_at: float | None = None
     save_on_stop: bool = False  # stopped jobs save their state as they stop (a suspend): no progress lost
+    defer: Sequence[int] = ()
 
 
 class ClusterView(Protocol):
@@ -90,13 +94,17 @@ class ClusterView(Protocol):
     phase: np.ndarray  # [J] core.states PHASE_* while a job holds GPUs
 
     @property
-    def queue_length(self) -> int: ...
+    def queue_length(self) -> int:
+        """Pending jobs waiting for capacity (deferred ones excluded)."""
 
     def pending(self) -> Iterator[int]:
-        """Pending jobs in the scheduler's priority order."""
+        """Pending jobs waiting for capacity, in the scheduler's priority order (deferred ones excluded)."""
 
     def pending_jobs(self) -> np.ndarray:
-        """Pending job indices (arrival order)."""
+        """Every pending job index, deferred ones included (arrival order)."""
+
+    def deferred_jobs(self) -> np.ndarray:
+        """Pending jobs a policy deferred on purpose (``Decision.defer``), sorted."""
 
     def running_jobs(self) -> np.ndarray:
         """Jobs holding GPUs (running or restarting)."""
@@ -183,6 +191,9 @@ class Actions(Protocol):
 
     def reject(self, job: int) -> None:
         """Refuse a pending job for good."""
+
+    def defer(self, job: int, deferred: bool = True) -> None:
+        """Hold a pending job back on purpose (True) or return it to the queue (False); see ``Decision.defer``."""
 
     def power_on(self, nodes: Iterable[int]) -> None: ...
 

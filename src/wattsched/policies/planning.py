@@ -146,11 +146,18 @@ class Plan:
         return True
 
     def decision(
-        self, running: np.ndarray, wake_at: float | None = None, reject=(), save_on_stop: bool = False
+        self,
+        running: np.ndarray,
+        wake_at: float | None = None,
+        reject=(),
+        save_on_stop: bool = False,
+        defer=(),
     ) -> Decision:
         """Running jobs neither released nor assigned are kept; released ones not assigned are stopped."""
         keep = [j for j in running.tolist() if j not in self.released and j not in self.assign]
-        return Decision(np.asarray(keep, dtype=np.int64), self.assign, tuple(reject), wake_at, save_on_stop)
+        return Decision(
+            np.asarray(keep, dtype=np.int64), self.assign, tuple(reject), wake_at, save_on_stop, tuple(defer)
+        )
 
 
 @PLACEMENT_POLICIES.register("consolidated")

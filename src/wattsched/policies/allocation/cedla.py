@@ -8,7 +8,8 @@ planner (``cedla_greedy.solve_greedy``) and carries out the plan's first hour:
   longer meet it, runs now;
 * jobs the plan gives GPUs in the first hour run (placed best-fit, at their trace GPU count); running jobs it
   defers are paused with their state saved;
-* empty nodes are switched off by the run's power manager (dynamic right-sizing: use ``idle-timeout``).
+* jobs the plan puts in a later hour are deferred (``Decision.defer``), so the run's power manager boots nothing
+  for them and switches empty nodes off (dynamic right-sizing: use ``idle-timeout``).
 
 Training only so far: inference services enter when the engine carries them (issue 10).
 """
@@ -128,7 +129,9 @@ class CeDla(AllocationPolicy):
         )
         for j in waiting:
             plan.place(j, self.placement)
-        return plan.decision(running, save_on_stop=True)
+        # Jobs the plan puts in a later hour are deferred: power managers boot no node for them (DRS).
+        later = [j for j in active.tolist() if j not in run_now]
+        return plan.decision(running, save_on_stop=True, defer=later)
 
     def _first_hour(
         self, jobs: list[int], work: list[float], last: list[int], prices: np.ndarray
