@@ -98,6 +98,7 @@ VALUES = {
     "sharing_model": ("eaco", "eaco"),
     "sharing_noise": ("0.1", 0.1),
     "deadline_slack": ("1.5", 1.5),
+    "services": ("default", "default"),
     "signal_tz": ("Europe/Berlin", "Europe/Berlin"),
     "restart_delay_s": ("45", 45.0),
     "performance": ("tables", "tables"),

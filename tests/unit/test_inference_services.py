@@ -78,3 +78,35 @@ def test_service_validates_its_slo():
         InferenceService("s", "bert", [1.0], slo_s=1.0, slo_kind="p99")
     with pytest.raises(ValueError, match="positive"):
         InferenceService("s", "bert", [1.0], slo_s=0.0)
+
+
+def test_service_jobs_hold_the_mmc_gpus_for_each_hour():
+    from wattsched.core.jobs import INFERENCE
+    from wattsched.workloads.inference import service_jobs
+
+    rates = np.array([0.0, 50.0, 400.0])
+    svc = InferenceService("web", "m", rates, slo_s=0.1, slo_kind="p95")
+    jobs = service_jobs([svc], {"m": 100.0}, start_hour=5, source="test")
+    assert jobs.job_id.tolist() == ["web@h5", "web@h6", "web@h7"]
+    assert jobs.submit_s.tolist() == [5 * 3600.0, 6 * 3600.0, 7 * 3600.0]
+    assert (jobs.duration_s == 3600.0).all() and (jobs.job_class == INFERENCE).all()
+    assert jobs.num_gpu.tolist() == [int(gpus_needed(r, 100.0, 0.1, "p95")) for r in rates]
+    busy = jobs.num_gpu > 0
+    # utilisation of the hour's GPUs: lambda / (c mu), below 1 for a stable queue
+    assert np.allclose(jobs.gpu_util[busy], rates[busy] / (jobs.num_gpu[busy] * 100.0))
+    assert (jobs.gpu_util[busy] < 1).all() and jobs.request_rate_rps.tolist() == rates.tolist()
+
+
+def test_rates_csv_must_name_known_services_and_cover_the_run(tmp_path):
+    from wattsched.workloads.inference import build_services
+
+    good = tmp_path / "r.csv"
+    good.write_text("hour,resnet50\n0,100\n1,200\n2,300\n")
+    services, _ = build_services(str(good), hours=2, seed=0, start_hour=1)
+    assert services[0].model.startswith("ResNet-50") and services[0].rates_rps.tolist() == [200.0, 300.0]
+    bad = tmp_path / "b.csv"
+    bad.write_text("hour,nosuch\n0,1\n")
+    with pytest.raises(InputError, match=r"nosuch.*not a known service"):
+        build_services(str(bad), hours=1, seed=0)
+    with pytest.raises(InputError, match="the run needs 5"):
+        build_services(str(good), hours=5, seed=0)

@@ -167,3 +167,51 @@ def eaco(
                 f"{v['jct_change_pct']:+.1f} %"
             )
     console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")
+
+
+@experiment_app.command("cedla")
+def cedla(
+    region: Annotated[
+        str | None, typer.Option(help="one region (default: US-CAL-CISO, US-NY-NYIS, US-MIDA-PJM and DE-LU)")
+    ] = None,
+    year: Annotated[int, typer.Option(help="price and carbon year")] = 2023,
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated: price-unaware-always-on, price-unaware-drs, price-aware-no-drs, cedla"
+        ),
+    ] = "price-unaware-always-on,price-unaware-drs,price-aware-no-drs,cedla",
+    workload: Annotated[str, typer.Option(help="training workload name or CSV path")] = "philly",
+    cluster: Annotated[str, typer.Option(help="cluster name or YAML path")] = "philly",
+    deadline_slack: Annotated[
+        float, typer.Option(help="training deadline = submit + slack x duration (reconstructed)")
+    ] = 3.0,
+    services: Annotated[
+        str, typer.Option(help="inference services: 'default' or a rates CSV (hour, <service>...)")
+    ] = "default",
+    max_jobs: Annotated[
+        int | None, typer.Option(help="keep the first N training jobs by submission (0: all)", min=0)
+    ] = None,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/cedla"),
+    workers: WorkersOption = None,
+    data_dir: DataDirOption = None,
+    quiet: QuietOption = False,
+) -> None:
+    """CE-DLA-reconstructed vs price-unaware FIFO (always on, or with DRS) and the planner without DRS, per region."""
+    from ..experiments.cedla import REGIONS, run_experiment
+
+    with user_errors():
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        with progress_bar("cedla", enabled=not quiet) as progress:
+            result = run_experiment(
+                regions=[region] if region else REGIONS, year=year, policies=names, workload=workload,
+                cluster=cluster, deadline_slack=deadline_slack, services=services, max_jobs=max_jobs or None,
+                out=out, workers=workers, data_dir=data_dir, progress=progress,
+            )  # fmt: skip
+    for reg, e in result.summary["per"].items():
+        for p, r in e["policies"].items():
+            console.print(
+                f"  {reg:12s} {p:24s} ${r['cost_usd']:>10,.0f} ({-r['cost_saving_pct']:+.1f} %)  "
+                f"{r['energy_kwh']:>10,.0f} kWh  misses {r['deadline_misses']}  SLO hours {r['slo_violation_hours']}"
+            )
+    console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")

@@ -42,6 +42,9 @@ class JobTable:
     checkpoint_s: np.ndarray = field(
         default_factory=lambda: np.zeros(0)
     )  # float64 [J]: interval, NaN default
+    request_rate_rps: np.ndarray = field(
+        default_factory=lambda: np.zeros(0)
+    )  # float64 [J]: an inference service-hour's requests/s, NaN for training
     source: str = "unknown"
     notes: list[str] = field(default_factory=list)
 
@@ -52,6 +55,7 @@ class JobTable:
             ("batch_size", 0, np.int64),
             ("iterations", np.nan, np.float64),
             ("checkpoint_s", np.nan, np.float64),
+            ("request_rate_rps", np.nan, np.float64),
         ):
             if getattr(self, name).shape != (n,):
                 setattr(self, name, np.full(n, fill, dtype=dtype))
@@ -103,6 +107,7 @@ class JobTable:
         batch_size=None,
         iterations=None,
         checkpoint_s=None,
+        request_rate_rps=None,
         source: str = "unknown",
         notes: list[str] | None = None,
     ) -> JobTable:
@@ -134,6 +139,7 @@ class JobTable:
             batch_size=arr(batch_size, np.int64, 0),
             iterations=arr(iterations, np.float64, np.nan),
             checkpoint_s=arr(checkpoint_s, np.float64, np.nan),
+            request_rate_rps=arr(request_rate_rps, np.float64, np.nan),
             source=source,
             notes=list(notes or []),
         )

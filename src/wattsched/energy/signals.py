@@ -110,7 +110,7 @@ def carbon_catalog() -> dict[str, list[int]]:
     return _registered(CARBON_DATASET, r"(.+)_(\d{4})_hourly\.csv")
 
 
-def _check_region_year(kind: str, catalog: dict[str, list[int]], region: str, year: int) -> None:
+def check_region_year(kind: str, catalog: dict[str, list[int]], region: str, year: int) -> None:
     if region not in catalog:
         raise UnknownNameError(f"{kind} region", region, catalog)
     if int(year) not in catalog[region]:
@@ -470,7 +470,7 @@ def _load(
         catalog, dataset_name, relpath = price_catalog(), PRICE_DATASET, price_relpath
     else:
         catalog, dataset_name, relpath = carbon_catalog(), CARBON_DATASET, carbon_relpath
-    _check_region_year(kind, catalog, region, year)
+    check_region_year(kind, catalog, region, year)
     if kind == "carbon" and carbon not in CARBON_COLUMNS:
         raise UnknownNameError("carbon intensity kind", carbon, CARBON_COLUMNS)
     tz = REGION_TZ[region]

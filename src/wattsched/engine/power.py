@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
 from ..policies.contract import PowerManager
+from ..policies.power import powered_free_gpus
 
 if TYPE_CHECKING:
     from .temporal import Simulator
@@ -91,6 +92,8 @@ class NodePower:
                 self._last_plan_counts = tuple(self.counts)
         # Tracked on every batch: a queue that drained and refills must count as new work.
         self._last_plan_queue = queued
+        if sim.keep_free_gpus > 0 and self.counts[OFF] and powered_free_gpus(sim.view) < sim.keep_free_gpus:
+            self.manager.on_headroom_short(sim.view, sim.actions_for_power)
 
     def finish(self, now: float) -> None:
         self.end_time = now

@@ -175,6 +175,7 @@ class Simulator:
         self._priority = np.asarray(scheduler.priority(jobs), dtype=np.float64)
         self._pending: SortedList = SortedList()
         self._deferred: set[int] = set()  # pending on purpose (Decision.defer): outside the queue
+        self.keep_free_gpus = 0.0  # headroom asked for by the policy (Decision.keep_free_gpus)
         self._heap: list[tuple[float, int, int, int, object]] = []
         self._seq = 0
         self._released = True
@@ -777,6 +778,11 @@ class SimActions:
         self._guard(job)
         self.sim.defer(job, deferred)
 
+    def keep_free(self, gpus: float) -> None:
+        if not gpus >= 0:
+            raise InvalidDecision(self.by, None, f"keep_free_gpus must be >= 0, got {gpus}")
+        self.sim.keep_free_gpus = float(gpus)
+
     def power_on(self, nodes: Iterable[int]) -> None:
         if self.sim.power is None:
             raise InvalidDecision(self.by, None, "this run has no node power control")
@@ -832,6 +838,10 @@ class SimView:
         if sim._deferred:
             queued = np.concatenate([queued, self.deferred_jobs()])
         return np.sort(queued)
+
+    @property
+    def keep_free_gpus(self) -> float:
+        return self._sim.keep_free_gpus
 
     def deferred_jobs(self) -> np.ndarray:
         return np.array(sorted(self._sim._deferred), dtype=np.int64)

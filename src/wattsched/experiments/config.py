@@ -87,6 +87,11 @@ class SimulationConfig(BaseModel):
         description="give training jobs without a deadline one at submit + slack x trace duration "
         "(ElasticFlow-style; none by default)",
     )
+    services: str | None = Field(
+        None,
+        description="inference services added to the workload: 'default' (built-in set, seeded diurnal rates) "
+        "or a rates CSV (hour, <service>...) (docs/cedla.md §1)",
+    )
     skip_invalid: bool = Field(False, description="skip malformed rows (counted in summary.json)")
     data_dir: str | None = Field(
         None, description="local dataset directory (else WATTSCHED_DATA or the cache)"

@@ -15,7 +15,7 @@ import pandas as pd
 from .. import __version__
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.errors import WattschedError
-from ..core.jobs import JOB_CLASSES, TRAINING, JobTable
+from ..core.jobs import INFERENCE, JOB_CLASSES, TRAINING, JobTable
 from ..core.states import STATUS_DONE, STATUS_DROPPED, STATUS_NAMES, STATUS_UNSCHEDULABLE
 from ..engine.meter import PowerMeter
 from ..engine.packing import run_packing
@@ -73,6 +73,11 @@ def load_inputs(cfg: SimulationConfig) -> Inputs:
         jobs = jobs.subset(keep)
     if cfg.deadline_slack is not None:
         jobs = with_deadlines(jobs, cfg.deadline_slack)
+    if cfg.services is not None:
+        from ..perf.model import main_gpu_model
+        from ..workloads.inference import with_services
+
+        jobs = with_services(jobs, cfg.services, main_gpu_model(cluster), cfg.seed, cfg.data_dir)
     notes = list(jobs.notes) + ([cluster.notes] if cluster.notes else [])
     return Inputs(jobs, cluster, skipped + too_big, examples + big_examples, has_times, notes, origin)
 
@@ -90,6 +95,22 @@ def _deadline_metrics(deadline: np.ndarray, end: np.ndarray) -> dict[str, float 
         "deadline_lateness_mean_s": float((end - deadline)[finished_late].mean())
         if finished_late.any()
         else 0.0,
+    }
+
+
+def _service_metrics(jobs: JobTable, start: np.ndarray) -> dict[str, float | int]:
+    """SLO figures of inference service-hours: an hour violates its SLO when its GPUs start late (requests then
+    queue beyond the latency target); its requests until the start count as violating (docs/cedla.md §1.4)."""
+    hours = np.flatnonzero(jobs.job_class == INFERENCE)
+    if not hours.size:
+        return {}
+    late_s = np.clip(np.nan_to_num(start[hours] - jobs.submit_s[hours], nan=3600.0), 0.0, 3600.0)
+    rate = np.nan_to_num(jobs.request_rate_rps[hours])
+    return {
+        "service_hours": int(hours.size),
+        "slo_violation_hours": int((late_s > 0).sum()),
+        "slo_violation_requests": float((rate * late_s).sum()),
+        "service_gpu_hours": float(jobs.num_gpu[hours].sum()),
     }
 
 
@@ -277,6 +298,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
         # Summed as GPU time: jobs count work in their own units (iterations, or seconds without a table).
         "preemption_lost_gpu_hours": float(outcome.lost_gpu_s.sum()) / 3600.0,
         **_deadline_metrics(jobs.deadline_s, outcome.end_s),
+        **_service_metrics(jobs, outcome.start_s),
     }
     series = recorder.frame()
     if energy is not None:

@@ -378,6 +378,11 @@ class PerformanceModel:
         return out
 
 
+def main_gpu_model(spec: ClusterSpec) -> str:
+    """The name of the GPU model with the most GPUs."""
+    return str(spec.gpu_models[_main_code(spec)]) if spec.gpu_models else ""
+
+
 def _main_code(spec: ClusterSpec) -> int:
     """The GPU model with the most GPUs (the one work is defined on)."""
     totals = np.bincount(

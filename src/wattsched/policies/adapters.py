@@ -250,7 +250,10 @@ def apply_decision(view: ClusterView, actions: Actions, decision: Decision, poli
         if status[job] != STATUS_PENDING:
             raise InvalidDecision(policy, str(ids[job]), "rejects a job that is not pending")
         actions.reject(job)
-    _apply_deferrals(view, actions, decision, policy)
+    if decision.defer or decision.undefer:
+        _apply_deferrals(view, actions, decision, policy)
+    if decision.keep_free_gpus is not None:
+        actions.keep_free(decision.keep_free_gpus)
     moves, retunes, starts = {}, [], []
     for job, target in assign.items():
         if status[job] == STATUS_PENDING:
@@ -270,16 +273,15 @@ def apply_decision(view: ClusterView, actions: Actions, decision: Decision, poli
 
 
 def _apply_deferrals(view: ClusterView, actions: Actions, decision: Decision, policy: str) -> None:
-    """Make the deferred set exactly ``decision.defer`` (jobs stopped by this decision may be deferred too)."""
-    wanted = {int(j) for j in decision.defer}
-    now = set(view.deferred_jobs().tolist())
-    for job in sorted(now - wanted):
-        actions.defer(job, False)
-    status = view.status
-    for job in sorted(wanted - now):
+    """Hold back ``decision.defer`` (pending, or stopped by this decision) and return ``decision.undefer``."""
+    status, ids = view.status, view.jobs.job_id
+    for job in decision.undefer:
+        actions.defer(int(job), False)
+    for job in decision.defer:
+        job = int(job)
         if not 0 <= job < len(status) or status[job] != STATUS_PENDING:
-            who = str(view.jobs.job_id[job]) if 0 <= job < len(status) else None
+            who = str(ids[job]) if 0 <= job < len(status) else None
             raise InvalidDecision(policy, who, "defers a job that is not pending")
         if job in decision.assign:
-            raise InvalidDecision(policy, str(view.jobs.job_id[job]), "both defers and starts the job")
+            raise InvalidDecision(policy, str(ids[job]), "both defers and starts the job")
         actions.defer(job, True)

@@ -66,9 +66,11 @@ class Decision:
     pending jobs in neither stay queued. ``reject``: pending jobs refused for good (counted as dropped).
     ``wake_at``: ask for another decision at that time (in addition to rounds). ``save_on_stop``: the stopped
     jobs are suspended with their state saved (Gandiva's suspend), so they lose no progress. ``defer``: pending jobs
-    the policy holds back on purpose (a planned later start, e.g. for a cheaper hour): they leave the queue that
-    power managers size boots from, until a decision no longer lists them (a live backend holds them in the
-    cluster manager, e.g. ``scontrol hold``).
+    (or running jobs this decision stops) the policy holds back on purpose, e.g. for a cheaper hour: they leave the
+    queue that power managers size boots from (a live backend holds them in the cluster manager, e.g.
+    ``scontrol hold``) until ``undefer`` lists them or they start. ``keep_free_gpus``: headroom the policy expects
+    to need before a node could boot (known service demand, urgent arrivals); power managers keep that many free
+    GPUs on powered nodes.
     """
 
     keep: np.ndarray | Sequence[int] = ()
@@ -77,6 +79,10 @@ class Decision:
     wake_at: float | None = None
     save_on_stop: bool = False  # stopped jobs save their state as they stop (a suspend): no progress lost
     defer: Sequence[int] = ()
+    undefer: Sequence[int] = ()
+    keep_free_gpus: float | None = (
+        None  # free GPUs power managers keep powered for work to come; None: unchanged
+    )
 
 
 class ClusterView(Protocol):
@@ -156,6 +162,8 @@ class ClusterView(Protocol):
     def energy_used_j(self) -> float:
         """Energy used since the run started (J)."""
 
+    keep_free_gpus: float  # headroom asked for by the allocation policy (0 by default)
+
     def price_usd_per_mwh(self) -> float | None: ...
 
     def carbon_g_per_kwh(self) -> float | None: ...
@@ -194,6 +202,9 @@ class Actions(Protocol):
 
     def defer(self, job: int, deferred: bool = True) -> None:
         """Hold a pending job back on purpose (True) or return it to the queue (False); see ``Decision.defer``."""
+
+    def keep_free(self, gpus: float) -> None:
+        """Ask power managers to keep `gpus` free GPUs on powered nodes; see ``Decision.keep_free_gpus``."""
 
     def power_on(self, nodes: Iterable[int]) -> None: ...
 
@@ -284,6 +295,9 @@ class PowerManager:
 
     def on_blocked(self, view: ClusterView, actions: Actions) -> None:
         """Jobs wait and some nodes are off."""
+
+    def on_headroom_short(self, view: ClusterView, actions: Actions) -> None:
+        """Fewer free GPUs are powered than ``view.keep_free_gpus`` and some nodes are off."""
 
 
 ALLOCATION_POLICIES: Registry[AllocationPolicy] = Registry("allocation policy")

@@ -152,11 +152,18 @@ class Plan:
         reject=(),
         save_on_stop: bool = False,
         defer=(),
+        undefer=(),
     ) -> Decision:
         """Running jobs neither released nor assigned are kept; released ones not assigned are stopped."""
         keep = [j for j in running.tolist() if j not in self.released and j not in self.assign]
         return Decision(
-            np.asarray(keep, dtype=np.int64), self.assign, tuple(reject), wake_at, save_on_stop, tuple(defer)
+            np.asarray(keep, dtype=np.int64),
+            self.assign,
+            tuple(reject),
+            wake_at,
+            save_on_stop,
+            tuple(defer),
+            tuple(undefer),
         )
 
 

@@ -113,6 +113,34 @@ class _BootsOnDemand(PowerManager):
     def on_blocked(self, view: ClusterView, actions: Actions) -> None:
         actions.power_on(self.planner.plan(view))
 
+    def on_headroom_short(self, view: ClusterView, actions: Actions) -> None:
+        actions.power_on(
+            off_nodes_in_rank_order(
+                view, view.spec.gpu_count > 0, powered_free_gpus(view), view.keep_free_gpus
+            )
+        )
+
+
+def powered_free_gpus(view: ClusterView) -> float:
+    """Free GPUs on nodes that are on, plus the GPUs of nodes booting."""
+    state = view.state
+    return float(state.free_gpus[state.available].sum()) + view.booting_gpus
+
+
+def keeping_headroom(view: ClusterView, nodes: list[int]) -> tuple[list[int], list[int]]:
+    """Split idle nodes due to go off into those that may (largest rank first) and those the policy's
+    ``keep_free_gpus`` headroom keeps on."""
+    spare = powered_free_gpus(view) - view.keep_free_gpus
+    off, kept = [], []
+    for node in sorted(nodes, key=lambda n: -view.node_rank[n]):
+        gpus = float(view.spec.gpu_count[node])
+        if spare - gpus >= 0:
+            off.append(node)
+            spare -= gpus
+        else:
+            kept.append(node)
+    return off, kept
+
 
 def power_manager_from_config(name: str, config) -> PowerManager:
     """Build the named manager with its knobs from a power-state config (``engine.power.PowerStateConfig``)."""
@@ -186,6 +214,10 @@ class IdleTimeout(_BootsOnDemand):
                 heapq.heappush(heap, (view.now + self.timeout, node, since))
             else:
                 due.append(node)
+        if view.keep_free_gpus > 0:
+            due, kept = keeping_headroom(view, due)
+            for node in kept:  # headroom the allocation policy asked for: check again later
+                heapq.heappush(heap, (view.now + self.timeout, node, float(view.idle_since[node])))
         actions.power_off(due)
         self._arm(view, actions)
 
@@ -264,6 +296,8 @@ class ForecastBuffer(_BootsOnDemand):
             idle = (view.power_state == ON) & gpu_nodes & (view.state.jobs_on_node == 0)
             idle &= now - view.idle_since >= self.interval_s
             cand = [n for n in np.flatnonzero(idle).tolist() if not wanted_by_waiting_work(view, n)]
+            if view.keep_free_gpus > 0:
+                cand = keeping_headroom(view, cand)[0]
             cand = np.asarray(cand, dtype=np.int64)
             downs = []
             for node in cand[np.argsort(-rank[cand])].tolist():

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import InputError
+from ..core.jobs import INFERENCE, JobTable
 from ..perf.queueing import SLO_KINDS, gpus_needed_per_rate
 from .traces import read_table, require_columns
 from .validate import RowValidator
@@ -119,3 +120,114 @@ def service_rate_table(tables: dict) -> pd.DataFrame:
         rows.append({"model": name, "batch": batch, "train_samples_per_s": samples,
                      "serve_requests_per_s": service_rate_rps(samples)})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """A service of the built-in set: its serving model (a performance-model table name), diurnal rate and SLO."""
+
+    name: str
+    model: str
+    rate: DiurnalRate
+    slo_s: float
+    slo_kind: str = "p95"
+
+
+# Reconstructed default services (docs/cedla.md §1.4): four models with measured P100 tables, rates chosen so that
+# each peaks near 30 P100 GPUs (about 10 % of the 1,280-GPU philly cluster together), night floors at a fifth of
+# the peak, p95 SLOs well above the per-request service time.
+DEFAULT_SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec("resnet50", "ResNet-50 (batch size 128)", DiurnalRate(3_000, 15_000, 14, 0.1), 0.050),
+    ServiceSpec("transformer", "Transformer (batch size 128)", DiurnalRate(6_000, 30_000, 15, 0.1), 0.100),
+    ServiceSpec("lm", "LM (batch size 80)", DiurnalRate(24_000, 120_000, 13, 0.1), 0.050),
+    ServiceSpec("resnet18", "ResNet-18 (batch size 256)", DiurnalRate(30_000, 150_000, 16, 0.1), 0.020),
+)
+
+
+def build_services(
+    source: str, hours: int, seed: int, start_hour: int = 0
+) -> tuple[list[InferenceService], list[str]]:
+    """The services of a run: ``default`` (the built-in set, seeded diurnal rates) or a rates CSV whose columns
+    name services of the built-in set (their model and SLO; the CSV's rates replace the generator's)."""
+    by_name = {s.name: s for s in DEFAULT_SERVICES}
+    if source == "default":
+        rates = {s.name: s.rate.series(hours, seed + k, start_hour) for k, s in enumerate(DEFAULT_SERVICES)}
+        note = f"{len(rates)} built-in inference services, seeded diurnal rates (docs/cedla.md §1.4)"
+    else:
+        rates = read_rates_csv(source)
+        unknown = [name for name in rates if name not in by_name]
+        if unknown:
+            raise InputError(
+                Path(source), 1, unknown[0], f"not a known service; columns must be among {sorted(by_name)}"
+            )
+        short = [name for name, r in rates.items() if len(r) < hours]
+        if short:
+            raise InputError(
+                Path(source), len(rates[short[0]]) + 1, short[0],
+                f"the rates stop after {len(rates[short[0]])} hour(s); the run needs {hours}",
+            )  # fmt: skip
+        rates = {name: r[start_hour : start_hour + hours] for name, r in rates.items()}
+        note = f"{len(rates)} inference services with rates from {source}"
+    services = [
+        InferenceService(name, by_name[name].model, r, by_name[name].slo_s, by_name[name].slo_kind)
+        for name, r in rates.items()
+    ]
+    return services, [note]
+
+
+def service_jobs(
+    services: list[InferenceService], rate_per_gpu: dict[str, float], start_hour: int, source: str
+) -> JobTable:
+    """One job per service and hour: the GPUs the M/M/c queue needs that hour for 3,600 s, submitted at the hour's
+    start, with the hour's GPU utilisation (lambda / (c mu)) and request rate. Job ids read ``<service>@h<hour>``."""
+    ids, submit, gpus, util, rates, users = [], [], [], [], [], []
+    for svc in services:
+        mu = rate_per_gpu[svc.model]
+        need = svc.gpus_per_hour(mu)
+        hours = np.arange(start_hour, start_hour + len(need))
+        ids += [f"{svc.name}@h{h}" for h in hours]
+        submit.append(hours * 3600.0)
+        gpus.append(need)
+        util.append(np.where(need > 0, svc.rates_rps / (np.maximum(need, 1) * mu), 0.0))
+        rates.append(svc.rates_rps)
+        users += [svc.name] * len(need)
+    n = len(ids)
+    return JobTable.build(
+        ids,
+        np.concatenate(submit) if n else [],
+        np.full(n, 3600.0),
+        np.concatenate(gpus) if n else [],
+        job_class=np.full(n, INFERENCE, dtype=np.int8),
+        user=users,
+        gpu_util=np.concatenate(util) if n else [],
+        request_rate_rps=np.concatenate(rates) if n else [],
+        source=source,
+    )
+
+
+def rates_per_gpu(gpu_model: str, data_dir=None) -> dict[str, float]:
+    """Requests/s one GPU of `gpu_model` serves, per model of the Gavel tables (K80, P100 or V100 families)."""
+    from ..core.errors import WattschedError
+    from ..perf.tables import GAVEL_WORKERS, gavel_tables
+
+    worker = next((w for w in GAVEL_WORKERS if gpu_model.lower().startswith(w)), None)
+    if worker is None:
+        raise WattschedError(
+            f"inference services are sized from Gavel's throughput tables, which cover "
+            f"{', '.join(w.upper() for w in GAVEL_WORKERS)}; the cluster's GPUs are {gpu_model}"
+        )
+    table = service_rate_table(gavel_tables(worker, data_dir))
+    return dict(zip(table["model"], table["serve_requests_per_s"], strict=True))
+
+
+def with_services(jobs: JobTable, source: str, gpu_model: str, seed: int, data_dir=None) -> JobTable:
+    """The training jobs plus one job per service and hour over the hours their submissions span."""
+    first = int(np.floor(jobs.submit_s.min() / 3600.0)) if len(jobs) else 0
+    last = int(np.ceil(jobs.submit_s.max() / 3600.0)) + 1 if len(jobs) else 24
+    services, notes = build_services(source, last - first, seed, first)
+    chunks = service_jobs(services, rates_per_gpu(gpu_model, data_dir), first, source)
+    chunks = chunks.subset(np.flatnonzero(chunks.num_gpu > 0))  # an hour without requests needs no job
+    notes.append(
+        f"{len(chunks)} service-hour jobs ({int(chunks.num_gpu.sum())} GPU-hours) sized by M/M/c on {gpu_model}"
+    )
+    return JobTable.concat([jobs, chunks], source=jobs.source, notes=[*jobs.notes, *notes])

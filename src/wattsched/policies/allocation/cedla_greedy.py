@@ -23,9 +23,20 @@ from .cedla_milp import InfeasiblePlan, Plan, PlanInstance, boot_loss, lay_out, 
 
 def solve_greedy(inst: PlanInstance) -> Plan:
     started = time.perf_counter()
+    groups = node_groups(inst)
+    x, z, on = greedy_by_group(inst, groups)
+    job_gpus, service_gpus, node_on = lay_out(inst, groups, x, z, on)
+    cost, kwh = plan_cost(inst, job_gpus, service_gpus, node_on)
+    return Plan(
+        job_gpus, service_gpus, node_on, cost, kwh, "heuristic", time.perf_counter() - started, float("nan")
+    )
+
+
+def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The greedy plan per group of identical nodes: GPUs of each job [J, G, T] and service [I, G, T], nodes on
+    per group [G, T]. A rolling policy needs only this, not the plan laid out on every node."""
     inst.check()
     _, slots, jobs, services = inst.shape
-    groups = node_groups(inst)
     first = [g[0] for g in groups]
     size = np.array([len(g) for g in groups], dtype=np.int64)
     gpus = inst.gpus[first].astype(np.int64)
@@ -51,32 +62,36 @@ def solve_greedy(inst: PlanInstance) -> Plan:
     window_end = np.minimum(inst.job_deadline_slot, slots).astype(np.int64)
     capacity_h = (window_end - inst.job_first_slot) * np.minimum(inst.job_max_gpus, gpus.sum()) * inst.slot_h
     slack = capacity_h - inst.job_work_gpu_h
+    room_g = (gpus * size)[:, None] - used  # free GPUs per group and slot
+    slot_h = float(inst.slot_h)
     for j in np.argsort(slack, kind="stable").tolist():
         left = float(inst.job_work_gpu_h[j])
-        span = range(int(inst.job_first_slot[j]), int(window_end[j]))
-        # price of one GPU-hour of this job in each slot and group
-        offers = sorted(
-            (inst.price[t] * (inst.job_busy_w[j] + per_gpu_on[g]), t, g)
-            for t in span
-            for g in range(len(groups))
-        )
-        for _, t, g in offers:
-            if left <= 1e-9:
-                break
-            room = min(
-                int(gpus[g] * size[g] - used[g, t]),
-                int(inst.job_max_gpus[j] - x[j, :, t].sum()),
-                math.ceil(left / inst.slot_h - 1e-9),
-            )
+        if left <= 1e-9:
+            continue
+        lo, hi = int(inst.job_first_slot[j]), int(window_end[j])
+        # price of one GPU-hour of this job in each slot and group of its window, cheapest first (ties: earliest)
+        offer = inst.price[lo:hi, None] * (inst.job_busy_w[j] + per_gpu_on[None, :])
+        order = np.argsort(offer, axis=None, kind="stable")
+        ngroups = len(groups)
+        max_j = int(inst.job_max_gpus[j])
+        held = [0] * (hi - lo)  # this job's GPUs per slot
+        for flat in order.tolist():
+            k, g = divmod(flat, ngroups)
+            t = lo + k
+            room = min(int(room_g[g, t]), max_j - held[k], math.ceil(left / slot_h - 1e-9))
             if room <= 0:
                 continue
             x[j, g, t] += room
-            used[g, t] += room
-            left -= room * inst.slot_h
+            room_g[g, t] -= room
+            held[k] += room
+            left -= room * slot_h
+            if left <= 1e-9:
+                break
         if left > 1e-9:
             raise InfeasiblePlan(
                 f"{inst.job_name(j)}: the greedy found no room for {left:g} GPU-hours by its deadline"
             )
+    used = (gpus * size)[:, None] - room_g
     # 3. nodes on per group, pre-booting where a boot would leave too few whole GPUs
     on = np.zeros((len(groups), slots), dtype=np.int64)
     for g in range(len(groups)):
@@ -94,8 +109,4 @@ def solve_greedy(inst: PlanInstance) -> Plan:
                     on[g, 0] = min(size[g], on[g, 0] + -(-short // max(gpus[g] - lost, 1)))
                 else:
                     raise InfeasiblePlan("slot 0: nodes booting at the start leave too few GPUs")
-    job_gpus, service_gpus, node_on = lay_out(inst, groups, x, z, on)
-    cost, kwh = plan_cost(inst, job_gpus, service_gpus, node_on)
-    return Plan(
-        job_gpus, service_gpus, node_on, cost, kwh, "heuristic", time.perf_counter() - started, float("nan")
-    )
+    return x, z, on
