@@ -76,3 +76,46 @@ def test_eaco_runs_on_a_trace_without_model_names_through_the_assignment_rule(tm
     s = json.loads((out / "summary.json").read_text())
     assert s["jobs_completed"] == 150
     assert s["performance_model"]["model_assignment"]["jobs_assigned"] == 150
+
+
+def test_cedla_experiment_and_simulate_on_philly(tmp_path):
+    """Issue 10: `experiment cedla` writes results, summary and plots (first 400 training jobs, one region), and
+    `simulate --allocation cedla --region DE-LU` runs; a region or year without data lists those that exist."""
+    require_real_file("philly-pollux", "philly.csv")
+    out = tmp_path / "ce"
+    res = runner.invoke(app, ["experiment", "cedla", "--region", "US-CAL-CISO", "--year", "2023", "--max-jobs",
+                              "400", "--workers", "1", "--out", str(out), "--quiet"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    df = pd.read_csv(out / "results.csv")
+    assert set(df["policy"]) == {
+        "price-unaware-always-on",
+        "price-unaware-drs",
+        "price-aware-no-drs",
+        "cedla",
+    }
+    for col in ("region", "cost_usd", "energy_kwh", "co2_kg", "deadline_misses", "slo_violation_hours",
+                "mean_jct_s"):  # fmt: skip
+        assert col in df.columns
+    assert (df["cost_usd"] > 0).all() and (df["region"] == "US-CAL-CISO").all()
+    base = df.set_index("policy")
+    # right-sizing must lower the energy of the same FIFO schedule
+    assert base.loc["price-unaware-drs", "energy_kwh"] < base.loc["price-unaware-always-on", "energy_kwh"]
+    for name in ("summary.md", "cost.png", "price_vs_power.png", "nodes_on.png"):
+        assert (out / name).stat().st_size > 0
+    assert "Where the saving comes from" in (out / "summary.md").read_text()
+    sim = tmp_path / "c"
+    args = ["simulate", "--workload", "philly", "--cluster", "philly", "--allocation", "cedla", "--region",
+            "DE-LU", "--year", "2023", "--max-jobs", "300", "--quiet", "--out", str(sim)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads((sim / "summary.json").read_text())["policies"]["allocation"]["name"] == "cedla"
+    bad_year = ["simulate", "--workload", "philly", "--cluster", "philly", "--allocation", "cedla", "--region",
+                "DE-LU", "--year", "2010", "--quiet", "--out", str(tmp_path / "x")]  # fmt: skip
+    res = runner.invoke(app, bad_year)
+    assert res.exit_code != 0 and "2023" in res.output and "2010" in res.output
+    res = runner.invoke(
+        app, ["experiment", "cedla", "--region", "XX", "--out", str(tmp_path / "y"), "--quiet"]
+    )
+    assert res.exit_code != 0 and "US-CAL-CISO" in res.output
