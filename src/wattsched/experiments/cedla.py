@@ -19,7 +19,6 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
-from .parallel import executor
+from .parallel import run_tasks
 
 ProgressFn = Callable[[int, int], None]
 
@@ -204,20 +203,7 @@ def run_experiment(
     tasks = [(p, r) for r in regs for p in names]
     tasks.sort(key=lambda t: t[0] not in ("cedla", "price-aware-no-drs"))  # slowest first keeps workers busy
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
-    records: list[RunRecord] = []
-    pool = executor(workers)
-    if progress:
-        progress(0, len(tasks))
-    try:
-        pending = {pool.submit(run_task, setup, *t) for t in tasks}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                records.append(fut.result())
-                if progress:
-                    progress(len(records), len(tasks))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
     order = {p: i for i, p in enumerate(POLICIES)}
     records.sort(key=lambda r: (REGIONS.index(r.region), order[r.policy]))
     results = pd.DataFrame([{k: v for k, v in asdict(r).items() if not k.startswith(("week_", "series_"))}

@@ -13,7 +13,6 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
-from .parallel import executor
+from .parallel import run_tasks
 
 FIRST_SEED = 42
 DEFAULT_WORKLOAD = "gavel/msr/all"
@@ -200,20 +199,7 @@ def run_experiment(
     tasks = [(p, n, s) for n in sizes for s in range(FIRST_SEED, FIRST_SEED + seeds) for p in names]
     tasks.sort(key=lambda t: (t[0] not in ("gandiva", "eaco"), -t[1]))  # slowest first keeps workers busy
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
-    records: list[RunRecord] = []
-    pool = executor(workers)
-    if progress:
-        progress(0, len(tasks))
-    try:
-        pending = {pool.submit(run_task, setup, *t) for t in tasks}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                records.append(fut.result())
-                if progress:
-                    progress(len(records), len(tasks))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
     grid_wall = time.perf_counter() - started
     results = results_frame(records)
     out = Path(out)

@@ -30,3 +30,24 @@ def executor(workers: int):
     if workers > 1:
         return ProcessPoolExecutor(max_workers=workers, initializer=init_worker)
     return InlineExecutor()
+
+
+def run_tasks(fn, setup, tasks, workers: int, progress=None) -> list:
+    """``fn(setup, *task)`` for every task over `workers` processes, results in completion order."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    results: list = []
+    pool = executor(workers)
+    if progress:
+        progress(0, len(tasks))
+    try:
+        pending = {pool.submit(fn, setup, *t) for t in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                results.append(fut.result())
+                if progress:
+                    progress(len(results), len(tasks))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results
