@@ -844,7 +844,8 @@ class SimView:
         return self._sim.keep_free_gpus
 
     def deferred_jobs(self) -> np.ndarray:
-        return np.array(sorted(self._sim._deferred), dtype=np.int64)
+        deferred = self._sim._deferred
+        return np.sort(np.fromiter(deferred, dtype=np.int64, count=len(deferred)))
 
     def running_jobs(self) -> np.ndarray:
         running = self._sim.running

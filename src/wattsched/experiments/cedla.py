@@ -30,6 +30,7 @@ from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
+from .grid import ExperimentResult, check_policy_names, require_times, thinned, write_csv
 from .parallel import run_tasks
 
 ProgressFn = Callable[[int, int], None]
@@ -110,8 +111,8 @@ def run_task(setup: Setup, policy: str, region: str) -> RunRecord:
     on = series["nodes_on"].to_numpy(dtype=float) if "nodes_on" in series else np.full(t.size, np.nan)
     week = (t >= t[0]) & (t <= t[0] + WEEK_S) if t.size else np.zeros(0, dtype=bool)
     wk = np.flatnonzero(week)
-    wk = wk[np.unique(np.linspace(0, wk.size - 1, SERIES_POINTS).astype(int))] if wk.size else wk
-    keep = np.unique(np.linspace(0, max(t.size - 1, 0), SERIES_POINTS).astype(int)) if t.size else []
+    wk = wk[thinned(wk.size, SERIES_POINTS)]
+    keep = thinned(t.size, SERIES_POINTS)
     energy = float(s["energy_kwh"])
     return RunRecord(
         policy=policy,
@@ -131,8 +132,8 @@ def run_task(setup: Setup, policy: str, region: str) -> RunRecord:
         week_t=t[wk].tolist(),
         week_power_kw=power[wk].tolist(),
         week_price=price[wk].tolist(),
-        series_t=t[keep].tolist() if t.size else [],
-        series_nodes_on=on[keep].tolist() if t.size else [],
+        series_t=t[keep].tolist(),
+        series_nodes_on=on[keep].tolist(),
     )
 
 
@@ -149,20 +150,7 @@ def check_regions(regions: Sequence[str], year: int) -> list[str]:
 
 
 def check_policies(names: Sequence[str]) -> list[str]:
-    for n in names:
-        if n not in POLICIES:
-            raise UnknownNameError("policy", n, list(POLICIES))
-    if BASELINE not in names:
-        raise WattschedError(f"--policies must include {BASELINE} (every saving is measured against it)")
-    return list(dict.fromkeys(names))
-
-
-@dataclass
-class ExperimentResult:
-    out: Path
-    results: pd.DataFrame
-    summary: dict[str, Any]
-    runs: list[RunRecord] = field(repr=False, default_factory=list)
+    return check_policy_names(names, list(POLICIES), BASELINE, "every saving is measured against it")
 
 
 def run_experiment(
@@ -198,8 +186,7 @@ def run_experiment(
         None if data_dir is None else str(data_dir),
     )
     inputs = load_inputs(setup.config(names[0], regs[0]))  # fail early on missing data
-    if not inputs.has_times:
-        raise WattschedError(f"workload '{workload}' has no submission times; the experiment needs a trace")
+    require_times(inputs, workload)
     tasks = [(p, r) for r in regs for p in names]
     tasks.sort(key=lambda t: t[0] not in ("cedla", "price-aware-no-drs"))  # slowest first keeps workers busy
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
@@ -210,7 +197,7 @@ def run_experiment(
                             for r in records])  # fmt: skip
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_with(out / "results.csv", lambda p: results.to_csv(p, index=False, float_format="%.6g"))
+    write_csv(out / "results.csv", results)
     summary = summarise(setup, inputs, results, workers)
     if plots:
         summary["plots"] = write_plots(out, records)

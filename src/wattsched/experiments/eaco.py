@@ -24,6 +24,7 @@ from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
+from .grid import ExperimentResult, check_policy_names, require_times, thinned, write_csv
 from .parallel import run_tasks
 
 FIRST_SEED = 42
@@ -123,7 +124,7 @@ def run_task(setup: Setup, policy: str, nodes: int, seed: int) -> RunRecord:
     t = series["time_s"].to_numpy(dtype=float)
     on = series["nodes_on"].to_numpy(dtype=float) if "nodes_on" in series else np.full(t.size, float(nodes))
     params = (s.get("policies", {}).get("allocation") or {}).get("parameters") or {}
-    keep = np.unique(np.linspace(0, max(t.size - 1, 0), SERIES_POINTS).astype(int)) if t.size else []
+    keep = thinned(t.size, SERIES_POINTS)
     return RunRecord(
         nodes=nodes,
         policy=policy,
@@ -140,8 +141,8 @@ def run_task(setup: Setup, policy: str, nodes: int, seed: int) -> RunRecord:
         decolocations=int(params.get("undone", 0)),
         restarts=int(s.get("restarts", 0)),
         wall_s=time.perf_counter() - started,
-        series_t=t[keep].tolist() if t.size else [],
-        series_nodes_on=on[keep].tolist() if t.size else [],
+        series_t=t[keep].tolist(),
+        series_nodes_on=on[keep].tolist(),
     )
 
 
@@ -153,20 +154,7 @@ def check_nodes(values: Sequence[int]) -> list[int]:
 
 
 def check_policies(names: Sequence[str]) -> list[str]:
-    for n in names:
-        if n not in POLICIES:
-            raise UnknownNameError("policy", n, list(POLICIES))
-    if "eaco" not in names:
-        raise WattschedError("--policies must include eaco (every figure is EaCO against a baseline)")
-    return list(dict.fromkeys(names))
-
-
-@dataclass
-class ExperimentResult:
-    out: Path
-    results: pd.DataFrame
-    summary: dict[str, Any]
-    runs: list[RunRecord] = field(repr=False, default_factory=list)
+    return check_policy_names(names, list(POLICIES), "eaco", "every figure is EaCO against a baseline")
 
 
 def run_experiment(
@@ -194,8 +182,7 @@ def run_experiment(
         raise WattschedError(f"--noise must be in [0, 1], got {noise}")
     setup = Setup(workload, max_jobs, noise, None if data_dir is None else str(data_dir))
     inputs = load_inputs(setup.config(names[0], sizes[0], FIRST_SEED))  # fail early on missing data
-    if not inputs.has_times:
-        raise WattschedError(f"workload '{workload}' has no submission times; the experiment needs a trace")
+    require_times(inputs, workload)
     tasks = [(p, n, s) for n in sizes for s in range(FIRST_SEED, FIRST_SEED + seeds) for p in names]
     tasks.sort(key=lambda t: (t[0] not in ("gandiva", "eaco"), -t[1]))  # slowest first keeps workers busy
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
@@ -204,7 +191,7 @@ def run_experiment(
     results = results_frame(records)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_with(out / "results.csv", lambda p: results.to_csv(p, index=False, float_format="%.6g"))
+    write_csv(out / "results.csv", results)
     summary = summarise(setup, inputs, records, results, workers, grid_wall)
     if plots:
         summary["plots"] = write_plots(out, records, summary)

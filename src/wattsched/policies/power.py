@@ -76,9 +76,9 @@ class BootPlanner:
         if (head, view.power_epoch) != self._head_checked:
             boots = self._boots_for_head(view, head)
             self._head_checked = (head, view.power_epoch)
-        state, spec = view.state, view.spec
+        spec = view.spec
         demand = float(self._demand_gpus[pending].sum())
-        supply = float(state.free_gpus[state.available].sum()) + view.booting_gpus
+        supply = powered_free_gpus(view)
         supply += float(spec.gpu_count[boots].sum()) if boots else 0.0
         if demand > supply:
             boots += off_nodes_in_rank_order(view, spec.gpu_count > 0, supply, demand, skip=set(boots))

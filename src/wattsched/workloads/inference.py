@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.errors import InputError
+from ..core.errors import InputError, WattschedError
 from ..core.jobs import INFERENCE, JobTable
 from ..perf.queueing import SLO_KINDS, gpus_needed_per_rate
 from .traces import read_table, require_columns
@@ -207,7 +207,6 @@ def service_jobs(
 
 def rates_per_gpu(gpu_model: str, data_dir=None) -> dict[str, float]:
     """Requests/s one GPU of `gpu_model` serves, per model of the Gavel tables (K80, P100 or V100 families)."""
-    from ..core.errors import WattschedError
     from ..perf.tables import GAVEL_WORKERS, gavel_tables
 
     worker = next((w for w in GAVEL_WORKERS if gpu_model.lower().startswith(w)), None)

@@ -100,6 +100,7 @@ class CeDla(AllocationPolicy):
         self.service_demand = np.bincount(hours, weights=jobs.num_gpu[service]) if hours.size else np.zeros(0)
         self._busy_w: dict[int, float] = {}
         self._seen = np.zeros(len(jobs), dtype=bool)  # jobs classified since they arrived
+        self._gpu_h_per_work = np.full(len(jobs), np.nan)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -121,15 +122,17 @@ class CeDla(AllocationPolicy):
 
     # --- one job's numbers ------------------------------------------------------------------------------------
     def _gpu_hours_left(self, view: ClusterView, jobs: np.ndarray) -> np.ndarray:
-        left = view.remaining_work(jobs)
-        out = np.empty(len(jobs))
-        for k, j in enumerate(jobs.tolist()):
+        # GPU-hours per unit of work at the trace GPU count: fixed per job, so computed once (re-plans see the
+        # same deferred jobs hour after hour).
+        per_unit = self._gpu_h_per_work[jobs]
+        for k in np.flatnonzero(np.isnan(per_unit)).tolist():
+            j = int(jobs[k])
             n = max(int(self.jobs.num_gpu[j]), 1)
             rate = self.perf.solo_rate(
                 j, int(self.codes[j]), n, -(-n // self.gpus_per_node), 1, DEFAULT_SETTING
             )
-            out[k] = float(left[k]) / rate / 3600.0 * n
-        return out
+            per_unit[k] = self._gpu_h_per_work[j] = n / rate / 3600.0
+        return view.remaining_work(jobs) * per_unit
 
     def _busy_above_idle_w(self, job: int) -> float:
         w = self._busy_w.get(job)
@@ -242,7 +245,7 @@ class CeDla(AllocationPolicy):
 
     def _replan(self, view: ClusterView, active: np.ndarray) -> None:
         self._planned_at = view.now
-        self._seen_before = self._seen.copy()
+        first_seen = set(active[~self._seen[active]].tolist())
         self._seen[active] = True
         horizon = self.horizon_h
         prices = view.price_ahead_usd_per_mwh(horizon)
@@ -262,7 +265,7 @@ class CeDla(AllocationPolicy):
                 continue
             if not self._can_wait_until(j, gh, view.now):
                 urgent.append(j)
-                if not self._seen_before[j]:
+                if j in first_seen:
                     self._note_urgent(j)
                 hours = gh / max(n, 1)
                 reserved[: min(horizon, math.ceil(hours))] += n

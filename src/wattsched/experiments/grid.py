@@ -1,0 +1,49 @@
+"""Pieces every experiment grid shares: its result, the policy-name check, the trace check, the results table and
+the thinning of time series for plots."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.atomic import write_with
+from ..core.errors import UnknownNameError, WattschedError
+
+
+@dataclass
+class ExperimentResult:
+    out: Path
+    results: pd.DataFrame
+    summary: dict[str, Any]
+    runs: list = field(repr=False, default_factory=list)
+
+
+def check_policy_names(names: Sequence[str], known: Sequence[str], required: str, why: str) -> list[str]:
+    """`names` without repeats; each must be known, and `required` among them (`why` says what needs it)."""
+    for n in names:
+        if n not in known:
+            raise UnknownNameError("policy", n, list(known))
+    if required not in names:
+        raise WattschedError(f"--policies must include {required} ({why})")
+    return list(dict.fromkeys(names))
+
+
+def require_times(inputs, workload: str) -> None:
+    if not inputs.has_times:
+        raise WattschedError(f"workload '{workload}' has no submission times; the experiment needs a trace")
+
+
+def write_csv(path: Path, df: pd.DataFrame) -> None:
+    write_with(path, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
+
+
+def thinned(size: int, points: int) -> np.ndarray:
+    """At most `points` evenly spread indices into a series of `size`, first and last included."""
+    if size <= 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.linspace(0, size - 1, points).astype(np.int64))
