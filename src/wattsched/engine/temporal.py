@@ -46,8 +46,10 @@ from .observers import Observer
 from .power import NodePower
 
 # Event kinds, in the order they run at equal times: completions free resources first, then restarts end, then
-# callbacks (power transitions, rounds, wake-ups).
-KIND_COMPLETION, KIND_RESTART_DONE, KIND_CALLBACK = 0, 1, 2
+# callbacks (power transitions, rounds, wake-ups). A power manager's own timers run last, after the scheduling
+# decision of that instant: an idle-timeout must not switch off GPUs that jobs are about to take (e.g. service-hours
+# replacing the previous hour's at the hour boundary).
+KIND_COMPLETION, KIND_RESTART_DONE, KIND_CALLBACK, KIND_POWER_TIMER = 0, 1, 2, 3
 
 STALL_LIMIT_S = 3650 * 86400.0
 _PENDING_CHUNK = 16
@@ -171,6 +173,7 @@ class Simulator:
         self.last_alloc = np.full(n, NO_ALLOC, dtype=np.int64)  # what each job held last (same-GPU restarts)
         self.log = AllocationLog()
         self.running: dict[int, None] = {}  # insertion-ordered set of jobs holding GPUs
+        self.running_changes = 0  # bumped whenever `running` changes (the view caches its array)
         self._residents: dict[int, list[int]] = {}  # GPU id -> jobs sharing it (share < 1000 only)
         self._priority = np.asarray(scheduler.priority(jobs), dtype=np.float64)
         self._pending: SortedList = SortedList()
@@ -189,8 +192,10 @@ class Simulator:
         return len(self._pending)
 
     def schedule(self, time: float, callback: WakeCallback, actions: SimActions | None = None) -> None:
-        """Call `callback(view, actions)` at `time` (after completions and restart ends at that time)."""
-        self._push(time, KIND_CALLBACK, -1, (callback, actions or self.actions_for_power))
+        """Call `callback(view, actions)` at `time` (after completions and restart ends at that time; a power
+        manager's timers after the scheduling decision at that time)."""
+        kind = KIND_POWER_TIMER if actions is self.actions_for_power else KIND_CALLBACK
+        self._push(time, kind, -1, (callback, actions or self.actions_for_power))
 
     def mark_released(self) -> None:
         """Capacity appeared (e.g. a node finished booting): run a scheduling decision after this batch."""
@@ -243,7 +248,7 @@ class Simulator:
                 for hook in self._on_interval:
                     hook(self, self.now, t)
                 self.now = t
-            while heap and heap[0][0] <= t:
+            while heap and heap[0][0] <= t and heap[0][1] != KIND_POWER_TIMER:
                 _, kind, _, ref, payload = heapq.heappop(heap)
                 if kind == KIND_CALLBACK:
                     callback, actions = payload  # type: ignore[misc]
@@ -274,6 +279,9 @@ class Simulator:
             if (arrived and decide_on_arrival) or (self._released and decide_on_release) or self._pass_due:
                 self._released = self._pass_due = False
                 scheduler.decide(self.view, self.actions)
+            while heap and heap[0][0] <= t:  # power-manager timers, after the decision
+                _, _, _, _, (callback, actions) = heapq.heappop(heap)
+                callback(self.view, actions)
             if self.check:
                 self._check_invariants()
             if self.power is not None:
@@ -568,6 +576,7 @@ class Simulator:
             self.start_s[job] = now
         self._last_start = now
         self.running[job] = None
+        self.running_changes += 1
         if target.share_milli < MILLI:
             self.load[job] = self._load_now(job)
         if first or ngpu == 0:
@@ -611,6 +620,7 @@ class Simulator:
         lost, alloc = self._release_for_change(job, save)
         self.preemptions[job] += 1
         del self.running[job]
+        self.running_changes += 1
         self._enqueue(job)
         self._log(job, lost)
         self._released = True
@@ -705,6 +715,7 @@ class Simulator:
         self.status[job] = STATUS_DONE
         self.end_s[job] = now
         del self.running[job]
+        self.running_changes += 1
         self._released = True
         self.log.append(now, job, NO_ALLOC, 0.0, 0.0, PHASE_RELEASED, int(self.setting_id[job]), 0.0)
         self._after_release(job, held)
@@ -807,6 +818,8 @@ class SimView:
 
     def __init__(self, sim: Simulator):
         self._sim = sim
+        self._running_key = -1
+        self._running = np.zeros(0, dtype=np.int64)
         self.spec = sim.spec
         self.jobs = sim.jobs
         self.state = sim.state
@@ -848,8 +861,15 @@ class SimView:
         return np.sort(np.fromiter(deferred, dtype=np.int64, count=len(deferred)))
 
     def running_jobs(self) -> np.ndarray:
-        running = self._sim.running
-        return np.fromiter(running, dtype=np.int64, count=len(running))
+        sim = self._sim
+        if (
+            self._running_key != sim.running_changes
+        ):  # asked several times per decision, rebuilt on change only
+            running = sim.running
+            self._running = np.fromiter(running, dtype=np.int64, count=len(running))
+            self._running.setflags(write=False)
+            self._running_key = sim.running_changes
+        return self._running
 
     def request(self, job: int) -> JobRequest:
         return self._sim.book.request(job)

@@ -182,7 +182,7 @@ def run_simulation(
 
 
 def _job_columns(jobs: JobTable) -> dict[str, Any]:
-    return {
+    columns = {
         "job_id": jobs.job_id.astype(str),
         "submit_s": jobs.submit_s,
         "num_gpu": jobs.num_gpu,
@@ -194,6 +194,12 @@ def _job_columns(jobs: JobTable) -> dict[str, Any]:
         "model_name": jobs.model_name.astype(str),
         "user": jobs.user.astype(str),
     }
+    # Columns only some workloads have: training deadlines and the request rates of service-hours.
+    if not np.isnan(jobs.deadline_s).all():
+        columns["deadline_s"] = jobs.deadline_s
+    if not np.isnan(jobs.request_rate_rps).all():
+        columns["request_rate_rps"] = jobs.request_rate_rps
+    return columns
 
 
 def build_scheduler(cfg: SimulationConfig, setting_rule) -> Scheduler:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.capacity import can_ever_fit
-from ..core.cluster import ClusterSpec
+from ..core.cluster import MILLI, ClusterSpec
 from ..core.jobs import JobTable, spec_masks
 from .base import JobRequest
 
@@ -36,15 +36,20 @@ class RequestBook:
         max_gpus_by_spec = np.array(
             [int(spec.gpu_count[m].max()) if m.any() else 0 for m in node_mask], dtype=np.int64
         )
-        gang = (~cpu_only) & (jobs.num_gpu > max_gpus_by_spec[spec_id])
+        # An inference service-hour's GPUs are independent replicas (docs/cedla.md §1.4), so they may spread over
+        # nodes like a gang; a single-node request would strand the free GPUs that other services leave behind.
+        replicas = ~np.isnan(jobs.request_rate_rps) & (jobs.gpu_milli >= MILLI) & (jobs.num_gpu > 1)
+        gang = (~cpu_only) & ((jobs.num_gpu > max_gpus_by_spec[spec_id]) | replicas)
         never = np.zeros(len(jobs), dtype=bool)
         # Evaluate the never-fits test once per distinct request class.
-        key = np.stack([spec_id, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli, jobs.memory_mib], axis=1)
+        key = np.stack(
+            [spec_id, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli, jobs.memory_mib, gang.astype(np.int64)],
+            axis=1,
+        )
         classes, inverse = np.unique(key, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
-        for c, (sid, ngpu, milli, cpu, mem) in enumerate(classes):
+        for c, (sid, ngpu, milli, cpu, mem, is_gang) in enumerate(classes):
             mask = any_node if ngpu == 0 else node_mask[sid]
-            is_gang = ngpu > 0 and ngpu > max_gpus_by_spec[sid]
             fits = can_ever_fit(spec, mask, int(ngpu), int(milli), int(cpu), int(mem), bool(is_gang))
             never[inverse == c] = not fits
         return RequestBook(jobs, spec, spec_id, node_mask, gang, never, inverse.astype(np.int64))

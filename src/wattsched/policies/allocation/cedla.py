@@ -43,6 +43,8 @@ DEADLINE_MARGIN_S = 1800.0
 # over the last `BURST_HISTORY_S` (a boot takes 300 s by default; reconstructed, docs/cedla.md §5).
 BURST_WINDOW_S = 600.0
 BURST_HISTORY_S = 86400.0
+# Urgent work may pause deferrable jobs holding at most this many times its own GPU count to make room.
+MAX_ROOM_FACTOR = 4
 
 
 def _greedy_first_slot(inst: PlanInstance) -> np.ndarray:
@@ -74,6 +76,8 @@ class CeDla(AllocationPolicy):
         self.deferred = self.plans = self.failed_plans = 0
         self._planned_at = -1e18  # no plan yet
         self._run_now: set[int] = set()  # this hour: urgent jobs and the plan's first slot
+        self._planned_now: set[int] = set()  # deferrable jobs this hour's plan (or price) runs now
+        self.paused_for_urgent = 0
         self._to_start: set[int] = set()  # pending jobs that may run this hour
         self._held: set[int] = set()  # jobs deferred to a later hour
         self._prices = np.ones(1)
@@ -91,6 +95,8 @@ class CeDla(AllocationPolicy):
         spec, jobs = ctx.spec, ctx.jobs
         self.node_on_w = idle_node_draw_w(spec)  # the price of keeping a node on
         self.gpus_per_node = max(int(spec.gpu_count.max()), 1) if spec.num_nodes else 1
+        gpu_nodes = spec.gpu_count[spec.gpu_count > 0]
+        self.smallest_gpu_node = int(gpu_nodes.min()) if gpu_nodes.size else 0
         codes = np.maximum(spec.gpu_model_code, 0)
         self.gpu_idle_w = float(gpu_model(spec.gpu_models[codes[0]]).idle_w) if spec.num_nodes else 0.0
         # What must run when it arrives (services, jobs without a deadline) is known a day ahead only for services:
@@ -100,6 +106,10 @@ class CeDla(AllocationPolicy):
         self.service_demand = np.bincount(hours, weights=jobs.num_gpu[service]) if hours.size else np.zeros(0)
         self._busy_w: dict[int, float] = {}
         self._seen = np.zeros(len(jobs), dtype=bool)  # jobs classified since they arrived
+        self._by_submit = np.argsort(jobs.submit_s, kind="stable")
+        self._submit_sorted = jobs.submit_s[self._by_submit]
+        self._arrived = 0  # arrivals looked at, in submission order
+        self._failed_at: tuple | None = None  # capacity when the last attempt started nothing
         self._gpu_h_per_work = np.full(len(jobs), np.nan)
 
     def parameters(self) -> dict[str, Any]:
@@ -118,6 +128,9 @@ class CeDla(AllocationPolicy):
             "plans": self.plans,
             "plans_without_a_fit": self.failed_plans,
             "deferrals": self.deferred,
+            "urgent_work": f"pauses running jobs with {DEADLINE_MARGIN_S:g} s of slack when it finds no powered "
+            f"GPU (at most {MAX_ROOM_FACTOR}x its own GPUs)",
+            "paused_for_urgent_work": self.paused_for_urgent,
         }
 
     # --- one job's numbers ------------------------------------------------------------------------------------
@@ -153,30 +166,49 @@ class CeDla(AllocationPolicy):
     # --- the round ----------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
         running = view.running_jobs()
-        pending = view.pending_jobs()
-        if running.size + pending.size == 0:
-            return Decision()
         if int(view.now // SLOT_S) != int(self._planned_at // SLOT_S):  # plans follow the price hours
+            pending = view.pending_jobs()
+            if running.size + pending.size == 0:
+                return Decision()
             return self._new_hour(view, running, pending)
         # Between plans only arrivals need a word: each runs now or waits for the next plan.
-        new = pending[~self._seen[pending]]
-        wait = []
+        new = self._arrivals(view)
+        wait, fresh = [], []
         if new.size:
             self._seen[new] = True
             nxt = (self._planned_at // SLOT_S + 1) * SLOT_S
             for j, gh in zip(new.tolist(), self._gpu_hours_left(view, new).tolist(), strict=True):
-                if self._can_wait_until(j, gh, nxt) and not self._cheapest_now(j):
+                can_wait = self._can_wait_until(j, gh, nxt)
+                if can_wait and not self._cheapest_now(j):
                     wait.append(j)
+                    continue
+                self._run_now.add(j)
+                self._to_start.add(j)
+                fresh.append(j)
+                if can_wait:
+                    self._planned_now.add(j)
                 else:
-                    self._run_now.add(j)
-                    self._to_start.add(j)
                     self._note_urgent(j)
         status = view.status
         self._to_start = {j for j in self._to_start if status[j] == STATUS_PENDING}
-        if not self._to_start and not wait:
+        # Nothing changed since every start failed: only the jobs that arrived now can start.
+        unchanged = self._capacity_key(view, running) == self._failed_at
+        if (not self._to_start or unchanged) and not wait and not fresh:
             return Decision(keep=running)
         self._held.update(wait)
-        return self._start(view, running, [], wait, [])
+        return self._start(view, running, [], wait, [], only=fresh if unchanged else None)
+
+    def _arrivals(self, view: ClusterView) -> np.ndarray:
+        """Jobs that arrived since the last look and still wait, in submission order."""
+        end = int(np.searchsorted(self._submit_sorted, view.now, side="right"))
+        new = self._by_submit[self._arrived : end]
+        self._arrived = end
+        return new[(view.status[new] == STATUS_PENDING) & ~self._seen[new]]
+
+    @staticmethod
+    def _capacity_key(view: ClusterView, running: np.ndarray) -> tuple[int, int, int]:
+        """Changes whenever GPUs free up, nodes change power state or jobs start or stop."""
+        return view.free_gpus_total(), view.power_epoch, len(running)
 
     def _note_urgent(self, job: int) -> None:
         if self.jobs.job_class[job] == TRAINING:
@@ -220,17 +252,121 @@ class CeDla(AllocationPolicy):
         decision.wake_at = (view.now // SLOT_S + 1) * SLOT_S  # the next price hour
         return decision
 
-    def _start(self, view: ClusterView, running, stop, defer, undefer) -> Decision:
-        """Start what may run now (services first, then by deadline), best-fit; stop and defer as told."""
+    def _start(self, view: ClusterView, running, stop, defer, undefer, only=None) -> Decision:
+        """Start what may run now (services first, then by deadline; `only` these if given), best-fit; stop and
+        defer as told. Work that cannot wait and finds no powered GPU pauses deferrable running jobs
+        (``_make_room``)."""
         plan = Plan(view)
         for j in stop:
             plan.release(j)
         jobs = self.jobs
-        for j in sorted(
-            self._to_start, key=lambda j: (jobs.job_class[j] == TRAINING, self._deadline_key(j), j)
-        ):
-            plan.place(j, self.placement)
+        # Upper bounds on what can still be placed (placing only lowers them): most jobs waiting for a boot fail
+        # these checks without a placement search.
+        free = plan.state.free_gpus[plan.state.available]
+        total_free, node_free = int(free.sum()), int(free.max()) if free.size else 0
+        unplaced = [
+            j
+            for j in sorted(
+                self._to_start if only is None else only,
+                key=lambda j: (jobs.job_class[j] == TRAINING, self._deadline_key(j), j),
+            )
+            if not self._may_fit(j, total_free, node_free) or plan.place(j, self.placement) is None
+        ]
+        urgent = self._cannot_wait_for_boot(view, [j for j in unplaced if j not in self._planned_now])
+        if urgent:
+            self._make_room(view, plan, urgent, running, set(stop))
+        self._failed_at = None if plan.assign or plan.released else self._capacity_key(view, running)
         return plan.decision(running, save_on_stop=True, defer=defer, undefer=undefer)
+
+    def _may_fit(self, job: int, total_free: int, node_free: int) -> bool:
+        """A necessary condition for placing `job`: its GPUs are free in all, and on one node when it cannot spread
+        (a training job no larger than the smallest GPU node never does)."""
+        n = int(self.jobs.num_gpu[job])
+        single_node = n <= self.smallest_gpu_node and self.jobs.job_class[job] == TRAINING
+        return n <= (node_free if single_node else total_free)
+
+    def _slack_s(self, job: int, gpu_hours: float, now: float) -> float:
+        """Seconds the job could still pause and meet its deadline (NaN deadline: none)."""
+        n = max(int(self.jobs.num_gpu[job]), 1)
+        return float(self.jobs.deadline_s[job]) - now - gpu_hours / n * 3600.0
+
+    def _cannot_wait_for_boot(self, view: ClusterView, jobs: list[int]) -> list[int]:
+        """Services, and training jobs that meet their deadline if they start now but not after waiting
+        DEADLINE_MARGIN_S (a node boot and a restart); a job late either way gains nothing from a pause."""
+        if not jobs:
+            return jobs
+        gpu_hours = self._gpu_hours_left(view, np.asarray(jobs, dtype=np.int64)).tolist()
+        return [
+            j
+            for j, gh in zip(jobs, gpu_hours, strict=True)
+            if self.jobs.job_class[j] != TRAINING or 0.0 <= self._slack_s(j, gh, view.now) < DEADLINE_MARGIN_S
+        ]
+
+    def _make_room(
+        self, view: ClusterView, plan: Plan, urgent: list[int], running, stopping: set[int]
+    ) -> None:
+        """Pause running training jobs with slack so that urgent work starts now rather than after a node boot
+        (which can outlast a short job's slack or a service's SLO). A victim needs DEADLINE_MARGIN_S of slack, the
+        same allowance the plan keeps for a boot and a restart: it restarts as soon as GPUs free up or a node
+        boots for it."""
+        jobs = self.jobs
+        candidates = [
+            j
+            for j in running.tolist()
+            if j not in stopping and j not in plan.released and j in self._planned_now
+        ]
+        if not candidates:
+            return
+        gpu_hours = self._gpu_hours_left(view, np.asarray(candidates, dtype=np.int64)).tolist()
+        # Smallest first (least work disturbed), then the most slack.
+        victims = sorted(
+            (int(jobs.num_gpu[j]), -slack, j)
+            for j, gh in zip(candidates, gpu_hours, strict=True)
+            if (slack := self._slack_s(j, gh, view.now)) >= DEADLINE_MARGIN_S
+        )
+        for job in urgent:
+            need = int(jobs.num_gpu[job])
+            released: list[int] = []
+            for victim in self._victims_for(view, plan, job, victims):
+                plan.release(victim)
+                released.append(victim)
+                if plan.place(job, self.placement) is not None:
+                    break
+                if sum(int(jobs.num_gpu[v]) for v in released) >= MAX_ROOM_FACTOR * max(need, 1):
+                    break
+            for victim in released:  # whose GPUs the job did not take keep running (all of them if it failed)
+                plan.restore(victim)
+            paused = [v for v in released if v in plan.released]
+            self.paused_for_urgent += len(paused)
+            self._to_start.update(paused)
+
+    @staticmethod
+    def _victims_for(view: ClusterView, plan: Plan, job: int, victims: list[tuple]) -> list[int]:
+        """Victims to pause, in order, for `job`: any for a job that may spread over nodes; for a single-node job,
+        those on the one node that frees enough GPUs by pausing the fewest."""
+        order = [v for _, _, v in victims if v not in plan.released]
+        req = view.request(job)
+        if req.gang:
+            return order
+        held_on: dict[int, list[tuple[int, int]]] = {}
+        for v in order:
+            for node, gpus, _, _ in view.target(v).placement:
+                held_on.setdefault(node, []).append((len(gpus), v))
+        free = plan.state.free_gpus
+        best: tuple[int, list[int]] | None = None
+        for node, held in held_on.items():
+            short = req.num_gpu - int(free[node])
+            if not req.node_mask[node] or short <= 0:
+                continue
+            taken, chosen = 0, []
+            for gpus, v in sorted(held):
+                chosen.append(v)
+                taken += gpus
+                if taken >= short:
+                    break
+            if taken >= short and (best is None or taken < best[0]):
+                best = (taken, chosen)
+        return best[1] if best else []
 
     def _cheapest_now(self, job: int) -> bool:
         """Whether this hour is the cheapest of the job's window (as the plan would place a lone job)."""
@@ -245,6 +381,7 @@ class CeDla(AllocationPolicy):
 
     def _replan(self, view: ClusterView, active: np.ndarray) -> None:
         self._planned_at = view.now
+        self._arrived = int(np.searchsorted(self._submit_sorted, view.now, side="right"))
         first_seen = set(active[~self._seen[active]].tolist())
         self._seen[active] = True
         horizon = self.horizon_h
@@ -276,7 +413,8 @@ class CeDla(AllocationPolicy):
                 max(gh - n * max(slots - horizon, 0), 0.0)
             )  # what cannot wait until after the horizon
             last.append(min(slots, horizon))
-        self._run_now = set(urgent) | self._first_slot(view, planned, work, last, prices, reserved)
+        self._planned_now = self._first_slot(view, planned, work, last, prices, reserved)
+        self._run_now = set(urgent) | self._planned_now
 
     def _first_slot(
         self, view, jobs: list[int], work: list[float], last: list[int], prices, reserved

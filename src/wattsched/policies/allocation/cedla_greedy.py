@@ -64,33 +64,65 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
     slack = capacity_h - inst.job_work_gpu_h
     room_g = (gpus * size)[:, None] - used  # free GPUs per group and slot
     slot_h = float(inst.slot_h)
+    ngroups = len(groups)
+    # Groups that draw alike per GPU (a homogeneous cluster, split only by which nodes are on): a job's cells rank
+    # by slot price alone (its GPU-hour price is the price times one positive constant), groups in index order
+    # within a slot, as the stable argsort of the offers would have it. The order of the slots from the window's
+    # first, cut at its end, is then computed once per first slot instead of once per job.
+    by_price: dict[int, list[int]] = {}
+    price_ranks = bool((per_gpu_on == per_gpu_on[0]).all() and (inst.job_busy_w + per_gpu_on[0] > 0).all())
+    room = room_g.tolist()
+    taken: list[tuple[int, int, int, int]] = []  # (job, group, slot, GPUs), written into x at the end
     for j in np.argsort(slack, kind="stable").tolist():
         left = float(inst.job_work_gpu_h[j])
         if left <= 1e-9:
             continue
         lo, hi = int(inst.job_first_slot[j]), int(window_end[j])
-        # price of one GPU-hour of this job in each slot and group of its window, cheapest first (ties: earliest)
-        offer = inst.price[lo:hi, None] * (inst.job_busy_w[j] + per_gpu_on[None, :])
-        order = np.argsort(offer, axis=None, kind="stable")
-        ngroups = len(groups)
         max_j = int(inst.job_max_gpus[j])
         held = [0] * (hi - lo)  # this job's GPUs per slot
-        for flat in order.tolist():
-            k, g = divmod(flat, ngroups)
-            t = lo + k
-            room = min(int(room_g[g, t]), max_j - held[k], math.ceil(left / slot_h - 1e-9))
-            if room <= 0:
-                continue
-            x[j, g, t] += room
-            room_g[g, t] -= room
-            held[k] += room
-            left -= room * slot_h
-            if left <= 1e-9:
-                break
+        if price_ranks:
+            order = by_price.get(lo)
+            if order is None:
+                order = by_price[lo] = (lo + np.argsort(inst.price[lo:], kind="stable")).tolist()
+            for t in order:
+                if t >= hi:
+                    continue
+                for g in range(ngroups):
+                    take = min(room[g][t], max_j - held[t - lo], math.ceil(left / slot_h - 1e-9))
+                    if take <= 0:
+                        continue
+                    taken.append((j, g, t, take))
+                    room[g][t] -= take
+                    held[t - lo] += take
+                    left -= take * slot_h
+                    if left <= 1e-9:
+                        break
+                if left <= 1e-9:
+                    break
+        else:
+            # price of one GPU-hour of this job in each slot and group of its window, cheapest first (ties:
+            # earliest)
+            offer = inst.price[lo:hi, None] * (inst.job_busy_w[j] + per_gpu_on[None, :])
+            for flat in np.argsort(offer, axis=None, kind="stable").tolist():
+                k, g = divmod(flat, ngroups)
+                t = lo + k
+                take = min(room[g][t], max_j - held[k], math.ceil(left / slot_h - 1e-9))
+                if take <= 0:
+                    continue
+                taken.append((j, g, t, take))
+                room[g][t] -= take
+                held[k] += take
+                left -= take * slot_h
+                if left <= 1e-9:
+                    break
         if left > 1e-9:
             raise InfeasiblePlan(
                 f"{inst.job_name(j)}: the greedy found no room for {left:g} GPU-hours by its deadline"
             )
+    if taken:
+        jj, gg, tt, nn = np.asarray(taken, dtype=np.int64).T
+        np.add.at(x, (jj, gg, tt), nn)
+    room_g = np.asarray(room, dtype=np.int64).reshape(room_g.shape)
     used = (gpus * size)[:, None] - room_g
     # 3. nodes on per group, pre-booting where a boot would leave too few whole GPUs
     on = np.zeros((len(groups), slots), dtype=np.int64)
