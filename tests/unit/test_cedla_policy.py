@@ -107,3 +107,41 @@ def test_services_run_every_hour_without_slo_violations_under_cedla(market):
     assert s["deadline_misses"] == 0
     services = run.jobs[run.jobs["job_class"] == "inference"]
     assert (services["start_s"] == services["submit_s"]).all()
+
+
+def _jobs_csv(market, rows: list[str]) -> str:
+    (market / "jobs.csv").write_text(
+        "job_id,submit_time,duration,num_gpu,deadline\n" + "\n".join(rows) + "\n"
+    )
+    return str(market / "jobs.csv")
+
+
+def _flat(market, workload: str, **extra) -> SimulationConfig:
+    return SimulationConfig(
+        workload=workload, cluster=str(market / "c.yaml"), year=2023, allocation="cedla",
+        power_manager="idle-timeout", **extra,
+    )  # fmt: skip
+
+
+def test_work_that_cannot_wait_for_a_boot_pauses_a_job_with_slack(market):
+    """A 4-GPU job with 6.7 h of slack holds node A; node B goes off after the idle timeout. A 1-GPU job whose
+    deadline is shorter than a boot arrives: cedla pauses the long job (it has slack), starts the short one at
+    once and resumes the long one on the booted node; both meet their deadlines."""
+    workload = _jobs_csv(market, ["long,0,36000,4,60000", "short,7200,100,1,7500", "late,7300,100,1,7350"])
+    run = run_simulation(_flat(market, workload), None)
+    jobs = run.jobs.set_index("job_id")
+    assert jobs.loc["short", "start_s"] == 7200.0  # no wait for the 300 s boot
+    assert jobs.loc["long", "preemptions"] >= 1
+    # `late` cannot meet its deadline even if it starts at once: nothing is paused for it.
+    assert run.summary["deadline_misses"] == 1
+    assert jobs.loc["late", "end_s"] > jobs.loc["late", "deadline_s"]
+    assert run.summary["policies"]["allocation"]["parameters"]["paused_for_urgent_work"] == 1
+
+
+def test_no_pause_for_work_that_can_wait_for_a_boot(market):
+    workload = _jobs_csv(market, ["long,0,36000,4,60000", "patient,7200,100,1,20000"])
+    run = run_simulation(_flat(market, workload), None)
+    jobs = run.jobs.set_index("job_id")
+    assert jobs.loc["long", "preemptions"] == 0
+    assert run.summary["deadline_misses"] == 0
+    assert run.summary["policies"]["allocation"]["parameters"]["paused_for_urgent_work"] == 0

@@ -261,3 +261,21 @@ def test_gang_boot_plan_counts_only_gpus_the_gang_can_use():
     sim, out = replay_fuzzed(rows, spec, manager="idle-timeout", boot_time_s=0, idle_timeout_s=30)
     assert (out.status == STATUS_DONE).all()
     assert sim.now < 10_000
+
+
+def test_power_timers_run_after_the_decision_of_their_instant(tmp_path):
+    """Node B's idle timeout expires at 600 s, the instant a job that needs it arrives: the job takes B at once,
+    as the power manager acts on the state after the scheduling decision (it used to switch B off first and make
+    the job wait for a boot)."""
+    (tmp_path / "c.yaml").write_text(
+        "name: two\nnode_groups:\n  - count: 2\n    gpus: 4\n    gpu_model: V100\n    cpu_milli: 32000\n"
+        "    memory_mib: 262144\n"
+    )
+    (tmp_path / "jobs.csv").write_text("job_id,submit_time,duration,num_gpu\na,0,100000,4\nb,600,100,4\n")
+    cfg = SimulationConfig(
+        workload=str(tmp_path / "jobs.csv"), cluster=str(tmp_path / "c.yaml"), power_manager="idle-timeout",
+        power_states={"idle_timeout_s": 600.0},
+    )  # fmt: skip
+    run = run_simulation(cfg)
+    assert run.jobs.set_index("job_id").loc["b", "start_s"] == 600.0
+    assert run.summary["node_boots"] == 0

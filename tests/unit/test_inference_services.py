@@ -110,3 +110,26 @@ def test_rates_csv_must_name_known_services_and_cover_the_run(tmp_path):
         build_services(str(bad), hours=1, seed=0)
     with pytest.raises(InputError, match="the run needs 5"):
         build_services(str(good), hours=5, seed=0)
+
+
+def test_service_hour_replicas_spread_over_nodes_but_training_jobs_do_not():
+    """Two 4-GPU nodes with 2 GPUs free on each: a 3-GPU service-hour (independent replicas) fits across them, a
+    3-GPU training job (one node) does not."""
+    from dataclasses import replace
+
+    from tests.conftest import make_cluster, make_jobs, state_with
+    from wattsched.policies.base import PLACEMENT_POLICIES
+    from wattsched.policies.requests import RequestBook
+
+    spec = make_cluster([(4, "V100", 32000, 262144)] * 2)
+    jobs = make_jobs([{"gpus": 3}, {"gpus": 3}])
+    jobs = replace(jobs, request_rate_rps=np.array([np.nan, 120.0]))
+    book = RequestBook.build(jobs, spec)
+    assert book.gang.tolist() == [False, True]
+    assert book.request_class[0] != book.request_class[1]
+    placement = PLACEMENT_POLICIES.create("best-fit")
+    placement.bind(spec, np.random.default_rng(0))
+    state = state_with(spec, [[1000, 1000, 0, 0], [1000, 1000, 0, 0]])
+    assert placement.place(state, book.request(0)) is None
+    spread = placement.place(state, book.request(1))
+    assert spread is not None and sum(len(gpus) for _, gpus, _, _ in spread) == 3 and len(spread) == 2

@@ -119,3 +119,32 @@ def test_cedla_experiment_and_simulate_on_philly(tmp_path):
         app, ["experiment", "cedla", "--region", "XX", "--out", str(tmp_path / "y"), "--quiet"]
     )
     assert res.exit_code != 0 and "US-CAL-CISO" in res.output
+
+
+def test_cedla_experiment_on_your_own_market_and_the_gap_rules(tmp_path):
+    """Issue 10: `--price-csv` replaces the region (results name the file); a region year with a long gap stops
+    with the gap and the flag that fills it, and runs with `--signal-fill`."""
+    require_real_file("philly-pollux", "philly.csv")
+    from datetime import datetime, timedelta
+
+    rows = ["time,price_usd_per_mwh"]
+    for h in range(24 * 365):
+        t = datetime(2023, 1, 1) + timedelta(hours=h)
+        rows.append(t.strftime("%Y-%m-%dT%H:00:00Z") + ("," + ("90" if 8 <= t.hour < 20 else "30")))
+    (tmp_path / "market.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "own"
+    res = runner.invoke(app, ["experiment", "cedla", "--price-csv", str(tmp_path / "market.csv"), "--max-jobs",
+                              "150", "--policies", "price-unaware-always-on,cedla", "--workers", "1", "--out",
+                              str(out), "--quiet"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    df = pd.read_csv(out / "results.csv")
+    assert set(df["region"]) == {"own:market.csv"} and len(df) == 2
+    assert "market.csv" in (out / "summary.md").read_text()
+    gap = ["experiment", "cedla", "--region", "US-MIDA-PJM", "--max-jobs", "50", "--policies",
+           "price-unaware-always-on", "--workers", "1", "--quiet"]  # fmt: skip
+    res = runner.invoke(app, [*gap, "--out", str(tmp_path / "g1")])
+    assert res.exit_code != 0 and "--signal-fill" in res.output and "US-MIDA-PJM" in res.output
+    res = runner.invoke(app, [*gap, "--signal-fill", "interpolate", "--out", str(tmp_path / "g2")])
+    assert res.exit_code == 0, res.output

@@ -193,12 +193,25 @@ def cedla(
         int | None, typer.Option(help="keep the first N training jobs by submission (0: all)", min=0)
     ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/cedla"),
+    price_csv: Annotated[
+        str | None,
+        typer.Option(help="your own market: hourly CSV (time, price_usd_per_mwh) instead of --region"),
+    ] = None,
+    carbon_csv: Annotated[
+        str | None, typer.Option(help="with --price-csv: hourly CSV (time, carbon_g_per_kwh)")
+    ] = None,
+    signal_tz: Annotated[str, typer.Option(help="time zone of --price-csv / --carbon-csv")] = "UTC",
+    signal_fill: Annotated[
+        str | None,
+        typer.Option(help="fill signal gaps longer than --signal-max-gap-hours: hold | interpolate"),
+    ] = None,
+    signal_max_gap_hours: Annotated[int, typer.Option(help="longest signal gap interpolated", min=0)] = 6,
     workers: WorkersOption = None,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """CE-DLA-reconstructed vs price-unaware FIFO (always on, or with DRS) and the planner without DRS, per region."""
-    from ..experiments.cedla import REGIONS, run_experiment
+    from ..experiments.cedla import REGIONS, Signals, run_experiment
 
     with user_errors():
         names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -207,6 +220,7 @@ def cedla(
                 regions=[region] if region else REGIONS, year=year, policies=names, workload=workload,
                 cluster=cluster, deadline_slack=deadline_slack, services=services, max_jobs=max_jobs or None,
                 out=out, workers=workers, data_dir=data_dir, progress=progress,
+                signals=Signals(price_csv, carbon_csv, signal_tz, signal_fill, signal_max_gap_hours),
             )  # fmt: skip
     for reg, e in result.summary["per"].items():
         for p, r in e["policies"].items():

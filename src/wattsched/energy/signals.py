@@ -387,8 +387,8 @@ def clean_hourly(
         more = f" and {len(too_long) - 5} more" if len(too_long) > 5 else ""
         raise WattschedError(
             f"{primary.path}: {len(too_long)} gap(s) longer than max_gap_hours={max_gap_hours} in {label}: "
-            f"missing {described}{more}; pass fill='interpolate' or fill='hold' (CLI: --fill) to fill them, "
-            "or raise max_gap_hours"
+            f"missing {described}{more}; pass fill='interpolate' or fill='hold' (CLI: --signal-fill; "
+            "`wattsched signals`: --fill) to fill them, or raise max_gap_hours"
         )
     out = grid[w0 - lo : w1 - lo].copy()
     dup_hours = int((counts > 1).sum())

@@ -49,6 +49,22 @@ SERIES_POINTS = 4000
 
 
 @dataclass(frozen=True)
+class Signals:
+    """Where prices and carbon come from: the region's series, or a user's own market (hourly CSVs), and the gap
+    rules (docs/signals.md)."""
+
+    price_csv: str | None = None
+    carbon_csv: str | None = None
+    signal_tz: str = "UTC"
+    signal_fill: str | None = None
+    signal_max_gap_hours: int = 6
+
+    def own_market(self) -> str | None:
+        """The region label of a user's own market, None for the built-in regions."""
+        return None if self.price_csv is None else f"own:{Path(self.price_csv).name}"
+
+
+@dataclass(frozen=True)
 class Setup:
     workload: str
     cluster: str
@@ -57,13 +73,15 @@ class Setup:
     services: str
     max_jobs: int | None
     data_dir: str | None
+    signals: Signals = field(default_factory=Signals)
 
     def config(self, policy: str, region: str) -> SimulationConfig:
         return SimulationConfig(
             workload=self.workload,
             cluster=self.cluster,
-            region=region,
+            region=None if self.signals.own_market() else region,
             year=self.year,
+            **asdict(self.signals),
             deadline_slack=self.deadline_slack,
             services=self.services,
             max_jobs=self.max_jobs,
@@ -119,7 +137,7 @@ def run_task(setup: Setup, policy: str, region: str) -> RunRecord:
         region=region,
         cost_usd=float(s["cost_usd"]),
         energy_kwh=energy,
-        co2_kg=float(s["co2_kg"]),
+        co2_kg=float("nan") if s.get("co2_kg") is None else float(s["co2_kg"]),  # NaN: no carbon series
         deadline_misses=int(s.get("deadline_misses", 0)),
         slo_violation_hours=int(s.get("slo_violation_hours", 0)),
         slo_violation_requests=float(s.get("slo_violation_requests", 0.0)),
@@ -167,13 +185,17 @@ def run_experiment(
     data_dir: str | Path | None = None,
     progress: ProgressFn | None = None,
     plots: bool = True,
+    signals: Signals | None = None,
 ) -> ExperimentResult:
-    """Every policy x region; write results.csv, summary.md and the plots into `out`."""
+    """Every policy x region (or the user's own market of `signals.price_csv`); write results.csv, summary.md and
+    the plots into `out`."""
     from .run import load_inputs
 
     started = time.perf_counter()
+    signals = signals or Signals()
     names = check_policies(list(policies) if policies is not None else list(POLICIES))
-    regs = check_regions(regions, year)
+    own = signals.own_market()
+    regs = [own] if own else check_regions(regions, year)
     if deadline_slack < 1:
         raise WattschedError(f"--deadline-slack must be at least 1, got {deadline_slack}")
     setup = Setup(
@@ -184,6 +206,7 @@ def run_experiment(
         services,
         max_jobs,
         None if data_dir is None else str(data_dir),
+        signals,
     )
     inputs = load_inputs(setup.config(names[0], regs[0]))  # fail early on missing data
     require_times(inputs, workload)
@@ -192,7 +215,7 @@ def run_experiment(
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
     order = {p: i for i, p in enumerate(POLICIES)}
-    records.sort(key=lambda r: (REGIONS.index(r.region), order[r.policy]))
+    records.sort(key=lambda r: (regs.index(r.region), order[r.policy]))
     results = pd.DataFrame([{k: v for k, v in asdict(r).items() if not k.startswith(("week_", "series_"))}
                             for r in records])  # fmt: skip
     out = Path(out)
@@ -237,6 +260,22 @@ def _target_met(r: dict[str, Any]) -> bool:
     return r["cost_saving_pct"] >= 20.0 and r["deadline_misses"] == 0 and r["slo_violation_hours"] == 0
 
 
+def _signal_line(setup: dict[str, Any]) -> str:
+    sig = setup["signals"]
+    if sig["price_csv"]:
+        where = f"- Prices of your own market from `{sig['price_csv']}` ({sig['signal_tz']})" + (
+            f", carbon from `{sig['carbon_csv']}`" if sig["carbon_csv"] else ", no carbon series"
+        )
+    else:
+        where = f"- Prices and carbon of {setup['year']} per region (electricity-prices-greendcc)"
+    fill = (
+        f"gaps over {sig['signal_max_gap_hours']} h filled by `{sig['signal_fill']}`"
+        if sig["signal_fill"]
+        else f"gaps up to {sig['signal_max_gap_hours']} h interpolated, longer ones an error"
+    )
+    return f"{where}; {fill} (docs/signals.md)."
+
+
 def render_summary(s: dict[str, Any]) -> str:
     setup = s["setup"]
     lines = [
@@ -250,8 +289,7 @@ def render_summary(s: dict[str, Any]) -> str:
         f"- Workload `{setup['workload']}` on cluster `{setup['cluster']}`, plus the built-in inference services "
         f"(`{setup['services']}`): {s['jobs']} jobs in all (training jobs and service-hours).",
         f"- Training deadlines at submit + {setup['deadline_slack']:g} x duration (reconstructed slack).",
-        f"- Prices and carbon of {setup['year']} per region (electricity-prices-greendcc, "
-        "gap rules of docs/signals.md).",
+        _signal_line(setup),
         "- Policies: `price-unaware-always-on` (FIFO, best-fit, every node on), `price-unaware-drs` (FIFO with "
         "idle-timeout right-sizing), `price-aware-no-drs` (`cedla` planner, every node on), `cedla` (planner with "
         "idle-timeout right-sizing).",

@@ -408,10 +408,11 @@ class CeDla(AllocationPolicy):
                 reserved[: min(horizon, math.ceil(hours))] += n
                 continue
             slots = int((float(self.jobs.deadline_s[j]) - DEADLINE_MARGIN_S - view.now) // SLOT_S)
+            must = gh - n * max(slots - horizon, 0)  # the work that cannot wait until after the horizon
+            if must <= 1e-9:
+                continue  # none: the plan gives it nothing this time, so it stays deferred
             planned.append(j)
-            work.append(
-                max(gh - n * max(slots - horizon, 0), 0.0)
-            )  # what cannot wait until after the horizon
+            work.append(must)
             last.append(min(slots, horizon))
         self._planned_now = self._first_slot(view, planned, work, last, prices, reserved)
         self._run_now = set(urgent) | self._planned_now
