@@ -279,7 +279,9 @@ class Simulator:
             if (arrived and decide_on_arrival) or (self._released and decide_on_release) or self._pass_due:
                 self._released = self._pass_due = False
                 scheduler.decide(self.view, self.actions)
-            while heap and heap[0][0] <= t:  # power-manager timers, after the decision
+            # Power-manager timers, after the decision. Events the decision pushed for this instant (heap order puts
+            # them first) stop this loop and run in the next iteration at the same time, timers after them.
+            while heap and heap[0][0] <= t and heap[0][1] == KIND_POWER_TIMER:
                 _, _, _, _, (callback, actions) = heapq.heappop(heap)
                 callback(self.view, actions)
             if self.check:
@@ -867,9 +869,8 @@ class SimView:
         ):  # asked several times per decision, rebuilt on change only
             running = sim.running
             self._running = np.fromiter(running, dtype=np.int64, count=len(running))
-            self._running.setflags(write=False)
             self._running_key = sim.running_changes
-        return self._running
+        return self._running.copy()  # callers may sort or shuffle it
 
     def request(self, job: int) -> JobRequest:
         return self._sim.book.request(job)
