@@ -675,8 +675,9 @@ def test_policies_see_the_prices_ahead(tmp_path, monkeypatch):
     monkeypatch.setattr(Tiresias, "allocate", recording)
     path = _market_csv(tmp_path / "p.csv", "price", zone="Z")  # price = 50 + UTC hour of day
     cfg = SimulationConfig(
-        workload="synthetic", price_csv=str(path), year=2023, max_jobs=20, allocation="tiresias"
-    )
+        workload="synthetic", price_csv=str(path), year=2023, max_jobs=20, allocation="tiresias",
+        performance="trace",  # trace durations: no throughput tables (a dataset) needed
+    )  # fmt: skip
     run_simulation(cfg, None)
     now, price_now, ahead = seen[0]
     assert len(ahead) == 30 and ahead[0] == price_now

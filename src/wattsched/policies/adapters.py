@@ -227,6 +227,9 @@ def apply_decision(view: ClusterView, actions: Actions, decision: Decision, poli
     assign = decision.assign
     keep = np.asarray(decision.keep, dtype=np.int64)
     running = view.running_jobs()
+    changes = assign or decision.reject or decision.defer or decision.undefer
+    if not changes and decision.keep_free_gpus is None and np.array_equal(keep, running):
+        return  # "keep everything as it is": the common answer of event-driven policies between rounds
     if keep.size:
         bad = keep[(keep < 0) | (keep >= len(status))]
         if bad.size:

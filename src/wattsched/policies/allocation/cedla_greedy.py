@@ -119,9 +119,9 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
             raise InfeasiblePlan(
                 f"{inst.job_name(j)}: the greedy found no room for {left:g} GPU-hours by its deadline"
             )
-    if taken:
+    if taken:  # each (job, group, slot) is visited once, so plain assignment
         jj, gg, tt, nn = np.asarray(taken, dtype=np.int64).T
-        np.add.at(x, (jj, gg, tt), nn)
+        x[jj, gg, tt] = nn
     room_g = np.asarray(room, dtype=np.int64).reshape(room_g.shape)
     used = (gpus * size)[:, None] - room_g
     # 3. nodes on per group, pre-booting where a boot would leave too few whole GPUs

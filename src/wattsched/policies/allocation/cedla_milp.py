@@ -66,15 +66,14 @@ class PlanInstance:
         it may use, or a slot whose service demand exceeds the cluster."""
         _, slots, jobs, _ = self.shape
         total = float(self.gpus.sum())
-        for j in range(jobs):
-            window = max(0, int(min(self.job_deadline_slot[j], slots)) - int(self.job_first_slot[j]))
-            most = window * min(float(self.job_max_gpus[j]), total) * self.slot_h
-            if self.job_work_gpu_h[j] > most + 1e-9:
-                raise InfeasiblePlan(
-                    f"{self.job_name(j)}: needs {self.job_work_gpu_h[j]:g} GPU-hours but its window of {window} "
-                    f"slot(s) allows at most {most:g} (at most {self.job_max_gpus[j]:g} GPUs at once): the "
-                    "deadline is shorter than the job at full speed"
-                )
+        windows = np.maximum(np.minimum(self.job_deadline_slot, slots) - self.job_first_slot, 0)
+        most = windows * np.minimum(self.job_max_gpus.astype(float), total) * self.slot_h
+        for j in np.flatnonzero(self.job_work_gpu_h > most + 1e-9)[:1].tolist():
+            raise InfeasiblePlan(
+                f"{self.job_name(j)}: needs {self.job_work_gpu_h[j]:g} GPU-hours but its window of {windows[j]} "
+                f"slot(s) allows at most {most[j]:g} (at most {self.job_max_gpus[j]:g} GPUs at once): the "
+                "deadline is shorter than the job at full speed"
+            )
         need = self.service_gpus.sum(axis=0) if self.service_gpus.size else np.zeros(slots)
         for t in np.flatnonzero(need > total):
             raise InfeasiblePlan(f"slot {t}: the services need {need[t]:g} GPUs, the cluster has {total:g}")
