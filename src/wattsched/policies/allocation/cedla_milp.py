@@ -64,7 +64,7 @@ class PlanInstance:
     def check(self) -> None:
         """Infeasibility that needs no solver, named: a job that cannot finish in its window even on all the GPUs
         it may use, or a slot whose service demand exceeds the cluster."""
-        _, slots, jobs, _ = self.shape
+        _, slots, _, _ = self.shape
         total = float(self.gpus.sum())
         windows = np.maximum(np.minimum(self.job_deadline_slot, slots) - self.job_first_slot, 0)
         most = windows * np.minimum(self.job_max_gpus.astype(float), total) * self.slot_h
