@@ -72,6 +72,9 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
     by_price: dict[int, list[int]] = {}
     price_ranks = bool((per_gpu_on == per_gpu_on[0]).all() and (inst.job_busy_w + per_gpu_on[0] > 0).all())
     room = room_g.tolist()
+    slot_room = room_g.sum(
+        axis=0
+    ).tolist()  # free GPUs per slot over all groups (the price-rank path keeps it)
     taken: list[tuple[int, int, int, int]] = []  # (job, group, slot, GPUs), written into x at the end
     for j in np.argsort(slack, kind="stable").tolist():
         left = float(inst.job_work_gpu_h[j])
@@ -79,21 +82,24 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
             continue
         lo, hi = int(inst.job_first_slot[j]), int(window_end[j])
         max_j = int(inst.job_max_gpus[j])
-        held = [0] * (hi - lo)  # this job's GPUs per slot
         if price_ranks:
             order = by_price.get(lo)
             if order is None:
                 order = by_price[lo] = (lo + np.argsort(inst.price[lo:], kind="stable")).tolist()
-            for t in order:
-                if t >= hi:
+            for t in order:  # each slot once, so the job's GPUs in it start at 0
+                if t >= hi or not slot_room[t]:
                     continue
+                held_t = 0
                 for g in range(ngroups):
-                    take = min(room[g][t], max_j - held[t - lo], math.ceil(left / slot_h - 1e-9))
+                    if room[g][t] <= 0:
+                        continue
+                    take = min(room[g][t], max_j - held_t, math.ceil(left / slot_h - 1e-9))
                     if take <= 0:
                         continue
                     taken.append((j, g, t, take))
                     room[g][t] -= take
-                    held[t - lo] += take
+                    slot_room[t] -= take
+                    held_t += take
                     left -= take * slot_h
                     if left <= 1e-9:
                         break
@@ -103,6 +109,7 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
             # price of one GPU-hour of this job in each slot and group of its window, cheapest first (ties:
             # earliest)
             offer = inst.price[lo:hi, None] * (inst.job_busy_w[j] + per_gpu_on[None, :])
+            held = [0] * (hi - lo)  # this job's GPUs per slot
             for flat in np.argsort(offer, axis=None, kind="stable").tolist():
                 k, g = divmod(flat, ngroups)
                 t = lo + k

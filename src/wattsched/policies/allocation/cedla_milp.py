@@ -112,12 +112,12 @@ def boot_loss(inst: PlanInstance, node: int) -> int:
 
 def node_groups(inst: PlanInstance) -> list[list[int]]:
     """Nodes that differ in nothing the plan sees (GPUs, draws, boot, initial state), in index order."""
-    groups: dict[tuple, list[int]] = {}
-    for n in range(len(inst.gpus)):
-        key = (int(inst.gpus[n]), float(inst.node_on_w[n]), float(inst.boot_j[n]), float(inst.boot_share[n]),
-               bool(inst.initially_on[n]))  # fmt: skip
-        groups.setdefault(key, []).append(n)
-    return list(groups.values())
+    if not len(inst.gpus):
+        return []
+    keys = np.stack([inst.gpus, inst.node_on_w, inst.boot_j, inst.boot_share, inst.initially_on], axis=1)
+    _, first, inverse = np.unique(keys.astype(float), axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    return [np.flatnonzero(inverse == k).tolist() for k in np.argsort(first)]  # by first node
 
 
 def solve_milp(inst: PlanInstance, time_limit_s: float = 60.0, mip_rel_gap: float = 1e-4) -> Plan:
