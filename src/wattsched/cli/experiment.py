@@ -42,8 +42,9 @@ def fgd_pwr(
 ) -> None:
     """FGD (ATC'23) and PWR (CCGrid'25) packing experiments: allocation, fragmentation, power, GRAR."""
     from ..experiments.fgd_pwr import check_policies, run_experiment, trace_inputs
+    from ..experiments.grid import parse_list
 
-    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
+    names = parse_list(policies) if policies else None
     with user_errors():
         if names is not None:
             check_policies(names)  # fail on a bad name before loading any data
@@ -91,7 +92,8 @@ def powerflow(
     quiet: QuietOption = False,
 ) -> None:
     """PowerFlow-reconstructed vs baselines at equal energy, with budget and clock-cap sweeps (issue 8)."""
-    from ..experiments.powerflow import LABEL, parse_caps, parse_list, prepare, run_experiment
+    from ..experiments.grid import parse_list
+    from ..experiments.powerflow import LABEL, parse_caps, prepare, run_experiment
 
     with user_errors():
         prep = prepare(
@@ -145,13 +147,14 @@ def eaco(
 ) -> None:
     """EaCO vs FIFO, FIFO_packed and Gandiva on 28 and 64 nodes of 8 V100: energy, active nodes, runtime, JCT."""
     from ..experiments.eaco import run_experiment
+    from ..experiments.grid import parse_list
 
     with user_errors():
         try:
             sizes = [int(n) for n in nodes.split(",") if n.strip()]
         except ValueError:
             raise typer.BadParameter(f"--nodes: expected integers such as 28,64, got {nodes!r}") from None
-        names = [p.strip() for p in policies.split(",") if p.strip()]
+        names = parse_list(policies)
         with progress_bar("eaco", enabled=not quiet) as progress:
             result = run_experiment(
                 nodes=sizes, seeds=seeds, policies=names, workload=workload, max_jobs=max_jobs or None,
@@ -212,9 +215,10 @@ def cedla(
 ) -> None:
     """CE-DLA-reconstructed vs price-unaware FIFO (always on, or with DRS) and the planner without DRS, per region."""
     from ..experiments.cedla import REGIONS, Signals, run_experiment
+    from ..experiments.grid import parse_list
 
     with user_errors():
-        names = [p.strip() for p in policies.split(",") if p.strip()]
+        names = parse_list(policies)
         with progress_bar("cedla", enabled=not quiet) as progress:
             result = run_experiment(
                 regions=[region] if region else REGIONS, year=year, policies=names, workload=workload,

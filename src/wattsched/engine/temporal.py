@@ -866,7 +866,7 @@ class SimView:
         sim = self._sim
         if (
             self._running_key != sim.running_changes
-        ):  # asked several times per decision, rebuilt on change only
+        ):  # asked several times per decision: rebuilt on change only
             running = sim.running
             self._running = np.fromiter(running, dtype=np.int64, count=len(running))
             self._running_key = sim.running_changes

@@ -23,6 +23,11 @@ class ExperimentResult:
     runs: list = field(repr=False, default_factory=list)
 
 
+def parse_list(text: str) -> list[str]:
+    """A comma-separated option as its non-empty, stripped items."""
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
 def check_policy_names(names: Sequence[str], known: Sequence[str], required: str, why: str) -> list[str]:
     """`names` without repeats; each must be known, and `required` among them (`why` says what needs it)."""
     for n in names:

@@ -36,6 +36,7 @@ import pandas as pd
 from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from .config import SimulationConfig
+from .grid import parse_list
 from .parallel import executor
 
 POLICY = "powerflow"
@@ -252,10 +253,6 @@ def check_baselines(names: Sequence[str]) -> list[str]:
     if not out:
         raise WattschedError("no baselines given")
     return out
-
-
-def parse_list(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
 
 
 def parse_caps(text: str) -> list[float]:

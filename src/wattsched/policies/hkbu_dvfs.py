@@ -53,10 +53,6 @@ class ListConfig:
         if self.gpus_per_node < 1 or self.drs_idle_ticks < 0 or not self.tick_s > 0:
             raise WattschedError("gpus_per_node must be >= 1, drs_idle_ticks >= 0 and tick_s > 0")
 
-    @property
-    def label(self) -> str:
-        return f"{self.order}+{self.gpu_rule}" + (" dvfs" if self.dvfs else "") + (" drs" if self.drs else "")
-
 
 @dataclass(frozen=True)
 class Placed:

@@ -95,8 +95,6 @@ class CeDla(AllocationPolicy):
         spec, jobs = ctx.spec, ctx.jobs
         self.node_on_w = idle_node_draw_w(spec)  # the price of keeping a node on
         self.gpus_per_node = max(int(spec.gpu_count.max()), 1) if spec.num_nodes else 1
-        gpu_nodes = spec.gpu_count[spec.gpu_count > 0]
-        self.smallest_gpu_node = int(gpu_nodes.min()) if gpu_nodes.size else 0
         codes = np.maximum(spec.gpu_model_code, 0)
         self.gpu_idle_w = float(gpu_model(spec.gpu_models[codes[0]]).idle_w) if spec.num_nodes else 0.0
         # What must run when it arrives (services, jobs without a deadline) is known a day ahead only for services:
@@ -270,7 +268,7 @@ class CeDla(AllocationPolicy):
                 self._to_start if only is None else only,
                 key=lambda j: (jobs.job_class[j] == TRAINING, self._deadline_key(j), j),
             )
-            if not self._may_fit(j, total_free, node_free) or plan.place(j, self.placement) is None
+            if not self._may_fit(view, j, total_free, node_free) or plan.place(j, self.placement) is None
         ]
         urgent = self._cannot_wait_for_boot(view, [j for j in unplaced if j not in self._planned_now])
         if urgent:
@@ -278,12 +276,11 @@ class CeDla(AllocationPolicy):
         self._failed_at = None if plan.assign or plan.released else self._capacity_key(view, running)
         return plan.decision(running, save_on_stop=True, defer=defer, undefer=undefer)
 
-    def _may_fit(self, job: int, total_free: int, node_free: int) -> bool:
-        """A necessary condition for placing `job`: its GPUs are free in all, and on one node when it cannot spread
-        (a training job no larger than the smallest GPU node never does)."""
-        n = int(self.jobs.num_gpu[job])
-        single_node = n <= self.smallest_gpu_node and self.jobs.job_class[job] == TRAINING
-        return n <= (node_free if single_node else total_free)
+    @staticmethod
+    def _may_fit(view: ClusterView, job: int, total_free: int, node_free: int) -> bool:
+        """A necessary condition for placing `job`: its GPUs are free in all, and on one node unless it spreads."""
+        req = view.request(job)
+        return req.num_gpu <= (total_free if req.gang else node_free)
 
     def _slack_s(self, job: int, gpu_hours: float, now: float) -> float:
         """Seconds the job could still pause and meet its deadline (NaN deadline: none)."""
@@ -325,14 +322,14 @@ class CeDla(AllocationPolicy):
             if (slack := self._slack_s(j, gh, view.now)) >= DEADLINE_MARGIN_S
         )
         for job in urgent:
-            need = int(jobs.num_gpu[job])
+            most = MAX_ROOM_FACTOR * max(int(jobs.num_gpu[job]), 1)
             released: list[int] = []
+            freed = 0
             for victim in self._victims_for(view, plan, job, victims):
                 plan.release(victim)
                 released.append(victim)
-                if plan.place(job, self.placement) is not None:
-                    break
-                if sum(int(jobs.num_gpu[v]) for v in released) >= MAX_ROOM_FACTOR * max(need, 1):
+                freed += int(jobs.num_gpu[victim])
+                if plan.place(job, self.placement) is not None or freed >= most:
                     break
             for victim in released:  # whose GPUs the job did not take keep running (all of them if it failed)
                 plan.restore(victim)

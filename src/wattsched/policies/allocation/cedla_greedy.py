@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -74,54 +75,43 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
     room = room_g.tolist()
     slot_room = room_g.sum(
         axis=0
-    ).tolist()  # free GPUs per slot over all groups (the price-rank path keeps it)
+    ).tolist()  # free GPUs per slot over all groups: full slots are skipped at once
     taken: list[tuple[int, int, int, int]] = []  # (job, group, slot, GPUs), written into x at the end
+
+    def cells(j: int, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        """(group, slot) of the job's window, cheapest first (ties: earliest slot, then group)."""
+        if price_ranks:
+            order = by_price.get(lo)
+            if order is None:
+                order = by_price[lo] = (lo + np.argsort(inst.price[lo:], kind="stable")).tolist()
+            return ((g, t) for t in order if t < hi and slot_room[t] for g in range(ngroups))
+        # price of one GPU-hour of this job in each slot and group of its window
+        offer = inst.price[lo:hi, None] * (inst.job_busy_w[j] + per_gpu_on[None, :])
+        return (
+            (flat % ngroups, lo + flat // ngroups)
+            for flat in np.argsort(offer, axis=None, kind="stable").tolist()
+        )
+
     for j in np.argsort(slack, kind="stable").tolist():
         left = float(inst.job_work_gpu_h[j])
         if left <= 1e-9:
             continue
         lo, hi = int(inst.job_first_slot[j]), int(window_end[j])
         max_j = int(inst.job_max_gpus[j])
-        if price_ranks:
-            order = by_price.get(lo)
-            if order is None:
-                order = by_price[lo] = (lo + np.argsort(inst.price[lo:], kind="stable")).tolist()
-            for t in order:  # each slot once, so the job's GPUs in it start at 0
-                if t >= hi or not slot_room[t]:
-                    continue
-                held_t = 0
-                for g in range(ngroups):
-                    if room[g][t] <= 0:
-                        continue
-                    take = min(room[g][t], max_j - held_t, math.ceil(left / slot_h - 1e-9))
-                    if take <= 0:
-                        continue
-                    taken.append((j, g, t, take))
-                    room[g][t] -= take
-                    slot_room[t] -= take
-                    held_t += take
-                    left -= take * slot_h
-                    if left <= 1e-9:
-                        break
-                if left <= 1e-9:
-                    break
-        else:
-            # price of one GPU-hour of this job in each slot and group of its window, cheapest first (ties:
-            # earliest)
-            offer = inst.price[lo:hi, None] * (inst.job_busy_w[j] + per_gpu_on[None, :])
-            held = [0] * (hi - lo)  # this job's GPUs per slot
-            for flat in np.argsort(offer, axis=None, kind="stable").tolist():
-                k, g = divmod(flat, ngroups)
-                t = lo + k
-                take = min(room[g][t], max_j - held[k], math.ceil(left / slot_h - 1e-9))
-                if take <= 0:
-                    continue
-                taken.append((j, g, t, take))
-                room[g][t] -= take
-                held[k] += take
-                left -= take * slot_h
-                if left <= 1e-9:
-                    break
+        held = [0] * (hi - lo)  # this job's GPUs per slot
+        for g, t in cells(j, lo, hi):
+            if room[g][t] <= 0:
+                continue
+            take = min(room[g][t], max_j - held[t - lo], math.ceil(left / slot_h - 1e-9))
+            if take <= 0:
+                continue
+            taken.append((j, g, t, take))
+            room[g][t] -= take
+            slot_room[t] -= take
+            held[t - lo] += take
+            left -= take * slot_h
+            if left <= 1e-9:
+                break
         if left > 1e-9:
             raise InfeasiblePlan(
                 f"{inst.job_name(j)}: the greedy found no room for {left:g} GPU-hours by its deadline"
