@@ -267,6 +267,9 @@ class AllocationPolicy(ABC):
     default_round_s: ClassVar[float | None] = None  # the policy's published interval, if any
     decide_on_arrival: ClassVar[bool] = False
     decide_on_completion: ClassVar[bool] = False
+    # Workload inputs the policy cannot run without; a run whose jobs lack one stops before it starts with a
+    # message naming the flag that supplies it (experiments/run.py `check_policy_inputs`).
+    needs_deadlines: ClassVar[bool] = False
 
     def bind(self, ctx: BindContext) -> None:
         """See the cluster and workload once before the first round."""

@@ -1,23 +1,29 @@
 """HKBU-DVFS: deadline-aware list scheduling with per-task DVFS and dynamic right-sizing (docs/hkbu.md §2).
 
-Reimplemented from the description of Wang, Mei, Liu, Leung, Li, Chu, IEEE TPDS 2022 (arXiv 2104.00486) and its
-simulator as docs/energy-models.md §5 and seed-systems §4.1 record it (the upstream code has no licence; nothing is
-copied):
+Reimplemented from the description of Wang, Mei, Liu, Leung, Li, Chu, IEEE TPDS 2022 (arXiv 2104.00486) and the
+facts of its simulator (`HKBU-HPML/GPU-DVFS-Job-Schedule`, `job_master.py`, `job.py`, `cluster.py`; no licence,
+nothing copied):
 
 * tasks are non-preemptive and each GPU runs its own FIFO list; tasks are taken by arrival, then in EDF (earliest
   deadline) or LPT (longest t̂ first) order;
-* a GPU rule picks the GPU: SPT (earliest end), BF (feasible, most loaded), WF (feasible, least loaded), FF (first
-  feasible) or BIN (online: WF for tasks arriving at 0, then FF). A GPU is feasible when the task still meets its
-  deadline there at the fastest allowed clocks; if none is, a new node is switched on and its GPU 0 taken;
+* with DVFS, tasks arriving at tick 0 whose energy-optimal time fits their window ("deadline-prior") each get a GPU
+  of their own on nodes switched on for them, as upstream does; the rest are list-scheduled;
+* a GPU rule picks the GPU: SPT (earliest end; feasible when the slack holds t̂, or with DVFS t_θ), BF (the feasible
+  GPU with the highest load), WF (the lowest load), FF (the first feasible) or BIN (online: WF at tick 0, then FF);
+  for BF, WF, FF and BIN a GPU is feasible when the task fits there at t̂. A GPU's load is upstream's: the largest
+  ratio, over its tasks, of its accumulated (ceiled) busy time to that task's deadline. If no GPU is feasible, a
+  new node is switched on and its GPU 0 taken;
 * with DVFS the task runs at its energy-optimal clocks when the slack allows (slack ≥ t̂), else at the least-energy
   clocks that fit the slack (``theta_adjust``, never below t_θ = max(θ t̂, t_min)); without DVFS at the default
   clocks;
 * energy is the tasks' run energy Σ t·p, plus 85 W per powered GPU that is idle, plus 200 J per node switch-on;
-  with DRS a node goes off after `drs_idle_ticks` idle ticks and is switched on again for its next task.
+  with DRS a node goes off after `drs_idle_ticks` idle ticks and is switched on again for its next task; without
+  DRS every node switched on stays on to the makespan.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -41,7 +47,10 @@ class ListConfig:
     drs_idle_ticks: int = 5  # the simulator's default; its online experiments use 2
     tick_s: float = 1.0  # reconstructed: one tick of the upstream loop is one second here
     gpus_per_node: int = 16
-    theta: float = 0.0  # t_θ = max(θ t̂, t_min); reconstructed (0: any clocks down to the fastest)
+    theta: float = (
+        0.0  # t_θ = max(θ t̂, t_min); upstream scripts pass 1.0, which never θ-adjusts; 0: any clocks
+    )
+    dedicate_at_zero: bool = True  # upstream: with DVFS, fitting tasks at tick 0 get a GPU of their own
     idle_gpu_w: float = IDLE_GPU_W
     turn_on_j: float = TURN_ON_J
 
@@ -126,32 +135,32 @@ def _clocks(
     return s.time * task.t_star_s, s.power, s.fc, s.fm
 
 
-# GPU rules: (end times of every powered GPU, feasible mask, the task's arrival) -> index, or -1 for "none".
-GpuRule = Callable[[np.ndarray, np.ndarray, float], int]
+# GPU rules: (end times, loads, feasible mask, the task's arrival) of every powered GPU -> index, or -1 for none.
+GpuRule = Callable[[np.ndarray, np.ndarray, np.ndarray, float], int]
 
 
-def _spt(ends: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
+def _spt(ends: np.ndarray, loads: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
     g = int(np.argmin(ends))  # the earliest end; a later one cannot be feasible if this one is not
     return g if feasible[g] else -1
 
 
-def _best_fit(ends: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
+def _best_fit(ends: np.ndarray, loads: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
     idx = np.flatnonzero(feasible)
-    return int(idx[np.argmax(ends[idx])]) if idx.size else -1
+    return int(idx[np.argmax(loads[idx])]) if idx.size else -1
 
 
-def _worst_fit(ends: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
+def _worst_fit(ends: np.ndarray, loads: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
     idx = np.flatnonzero(feasible)
-    return int(idx[np.argmin(ends[idx])]) if idx.size else -1
+    return int(idx[np.argmin(loads[idx])]) if idx.size else -1
 
 
-def _first_fit(ends: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
+def _first_fit(ends: np.ndarray, loads: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
     idx = np.flatnonzero(feasible)
     return int(idx[0]) if idx.size else -1
 
 
-def _bin(ends: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
-    return (_worst_fit if arrival <= 0.0 else _first_fit)(ends, feasible, arrival)
+def _bin(ends: np.ndarray, loads: np.ndarray, feasible: np.ndarray, arrival: float) -> int:
+    return (_worst_fit if arrival <= 0.0 else _first_fit)(ends, loads, feasible, arrival)
 
 
 GPU_RULES: dict[str, GpuRule] = {
@@ -165,6 +174,41 @@ ORDERS: dict[str, Callable[[DvfsTask, _Timing], float]] = {
     "edf": lambda task, timing: task.deadline_s,
     "lpt": lambda task, timing: -timing.t_hat,
 }
+# The paper's combinations (seed-systems §4.1): offline and online, each with DVFS and DRS on and off.
+OFFLINE_ALGORITHMS = ("edf+spt", "edf+bf", "edf+wf", "lpt+ff")
+ONLINE_ALGORITHMS = ("edf+spt", "edf+bin")
+
+
+class _Gpus:
+    """End time, accumulated busy time and load of every GPU of the nodes switched on so far."""
+
+    def __init__(self, capacity: int, gpus_per_node: int):
+        self.gpn = gpus_per_node
+        self.ends = np.zeros(capacity)
+        self.busy = np.zeros(capacity)
+        self.loads = np.zeros(capacity)
+        self.node_on_at: list[float] = []
+
+    @property
+    def powered(self) -> int:
+        return len(self.node_on_at) * self.gpn
+
+    def switch_on(self, at: float) -> int:
+        """Switch a node on; its GPU 0."""
+        self.node_on_at.append(at)
+        return self.powered - self.gpn
+
+    def take(self, g: int, task: DvfsTask, begin: float, run_s: float) -> None:
+        self.ends[g] = begin + run_s
+        self.busy[g] += math.ceil(run_s - _EPS)  # upstream accumulates whole ticks
+        self.loads[g] = max(self.loads[g], self.busy[g] / task.deadline_s) if task.deadline_s > 0 else np.inf
+
+
+def _feasible(cfg: ListConfig, gpus: _Gpus, task: DvfsTask, timing: _Timing) -> np.ndarray:
+    slack = task.deadline_s - np.maximum(gpus.ends[: gpus.powered], task.arrival_s)
+    # SPT may θ-adjust into a tight slack; the other rules fit the task at t̂ (upstream)
+    need = timing.t_floor if cfg.gpu_rule == "spt" else timing.t_hat
+    return slack >= need - _EPS * max(1.0, need)
 
 
 def list_schedule(tasks: Sequence[DvfsTask], cfg: ListConfig | None = None) -> ScheduleResult:
@@ -175,25 +219,39 @@ def list_schedule(tasks: Sequence[DvfsTask], cfg: ListConfig | None = None) -> S
     timings = [_timing(t, cfg) for t in tasks]
     rank = ORDERS[cfg.order]
     order = sorted(range(len(tasks)), key=lambda i: (tasks[i].arrival_s, rank(tasks[i], timings[i]), i))
-    rule = GPU_RULES[cfg.gpu_rule]
-    gpn = cfg.gpus_per_node
-    ends = np.zeros(len(tasks) * gpn)  # room for one new node per task, the worst case
-    node_on_at: list[float] = []
+    gpus = _Gpus(len(tasks) * cfg.gpus_per_node, cfg.gpus_per_node)  # room for one new node per task
     placed: list[Placed] = []
+
+    def run(i: int, g: int) -> None:
+        task = tasks[i]
+        begin = max(float(gpus.ends[g]), task.arrival_s)
+        run_s, power_w, fc, fm = _clocks(task, cfg, timings[i], task.deadline_s - begin)
+        gpus.take(g, task, begin, run_s)
+        placed.append(
+            Placed(task, g // cfg.gpus_per_node, g % cfg.gpus_per_node, begin, begin + run_s, power_w, fc, fm)
+        )
+
+    if cfg.dvfs and cfg.dedicate_at_zero:
+        fitting = [
+            i for i in order if tasks[i].arrival_s <= 0.0 and timings[i].t_hat <= tasks[i].window_s + _EPS
+        ]
+        first = 0
+        for k, i in enumerate(fitting):  # GPU k of the fitting tasks: a new node every gpus_per_node tasks
+            first = gpus.switch_on(0.0) if k % cfg.gpus_per_node == 0 else first
+            run(i, first + k % cfg.gpus_per_node)
+        dedicated = set(fitting)
+        order = [i for i in order if i not in dedicated]
+    rule = GPU_RULES[cfg.gpu_rule]
     for i in order:
-        task, timing = tasks[i], timings[i]
-        powered = len(node_on_at) * gpn
-        start = np.maximum(ends[:powered], task.arrival_s)
-        feasible = task.deadline_s - start >= timing.t_floor - _EPS * max(1.0, timing.t_floor)
-        g = rule(ends[:powered], feasible, task.arrival_s) if powered else -1
+        task = tasks[i]
+        g = -1
+        if gpus.powered:
+            feasible = _feasible(cfg, gpus, task, timings[i])
+            g = rule(gpus.ends[: gpus.powered], gpus.loads[: gpus.powered], feasible, task.arrival_s)
         if g < 0:  # nothing meets the deadline: switch a node on
-            node_on_at.append(task.arrival_s)
-            g = powered
-        begin = max(float(ends[g]), task.arrival_s)
-        run_s, power_w, fc, fm = _clocks(task, cfg, timing, task.deadline_s - begin)
-        ends[g] = begin + run_s
-        placed.append(Placed(task, g // gpn, g % gpn, begin, begin + run_s, power_w, fc, fm))
-    return _account(cfg, placed, node_on_at)
+            g = gpus.switch_on(task.arrival_s)
+        run(i, g)
+    return _account(cfg, placed, gpus.node_on_at)
 
 
 def _account(cfg: ListConfig, placed: list[Placed], node_on_at: list[float]) -> ScheduleResult:
