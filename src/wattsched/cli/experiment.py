@@ -252,11 +252,12 @@ def hkbu_dvfs(
         typer.Option(help="t_theta = max(theta x t_hat, t_min); 1 never theta-adjusts (upstream scripts)"),
     ] = 0.0,
     trace: Annotated[
-        str, typer.Option(help="DL trace for the simulator part ('none' to skip): hkbu-dvfs vs default clocks")
+        str,
+        typer.Option(help="DL trace for the simulator part ('none' to skip): hkbu-dvfs vs default clocks"),
     ] = "philly",
-    trace_cluster: Annotated[str, typer.Option(help="cluster of the trace part (rewritten to each GPU type)")] = (
-        "philly"
-    ),
+    trace_cluster: Annotated[
+        str, typer.Option(help="cluster of the trace part (rewritten to each GPU type)")
+    ] = ("philly"),
     trace_jobs: Annotated[int, typer.Option(help="first N jobs of the trace (0: all)", min=0)] = 5000,
     trace_gpus: Annotated[str, typer.Option(help="comma-separated GPU types for the trace part")] = (
         "P100,V100,A40,RTX6000"
@@ -294,3 +295,102 @@ def hkbu_dvfs(
     for line in saving_lines(s):
         console.print(line)
     console.print(f"results.csv, savings.csv, summary.md, summary.json and plots in [bold]{result.out}[/]")
+
+
+@experiment_app.command("hkbu-dag")
+def hkbu_dag(
+    placements: Annotated[
+        str, typer.Option(help="comma-separated placement policies: ssf, sf, stf, blf, random")
+    ] = "ssf,sf,stf,blf,random",
+    picks: Annotated[
+        str, typer.Option(help="comma-separated GPU picks: lwf (= lwf2), lwfN, lswf, lgwf, bp, random")
+    ] = "lwf,lswf,lgwf,bp,random",
+    comm_modes: Annotated[
+        str, typer.Option(help="comma-separated comm admission: adadual, exclusive, unaware, thres-N")
+    ] = "adadual,exclusive,unaware",
+    seeds: Annotated[int, typer.Option(help="job sets per configuration, seeds 42, 43, ...")] = 3,
+    generator: Annotated[
+        str, typer.Option(help="job generator: microsoft (Philly-like) or random")
+    ] = "microsoft",
+    jobs: Annotated[int, typer.Option(help="jobs per job set (upstream: 160)", min=1)] = 160,
+    nodes: Annotated[int, typer.Option(help="nodes (upstream: 16)", min=1)] = 16,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (upstream: 4)", min=1)] = 4,
+    power_model: Annotated[str, typer.Option(help="power model: linear, binary or dvfs")] = "linear",
+    comm_load: Annotated[
+        float, typer.Option(help="GPU load while a GPU only all-reduces (reconstructed)", min=0.0, max=1.0)
+    ] = 0.2,
+    gpu_mem_mb: Annotated[float, typer.Option(help="GPU memory in MB (upstream: 32768)", min=1.0)] = 32768.0,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-dag"),
+    workers: WorkersOption = None,
+    quiet: QuietOption = False,
+) -> None:
+    """HKBU ICDCS'20 DAG scheduling: AdaDUAL + SRSF vs contention-unaware comm, per placement and GPU pick."""
+    from ..experiments.grid import parse_list
+    from ..experiments.hkbu_dag import check_names, run_experiment
+
+    with user_errors():
+        names = check_names(parse_list(placements), parse_list(picks), parse_list(comm_modes))
+        with progress_bar("hkbu-dag", enabled=not quiet) as progress:
+            result = run_experiment(
+                placements=names[0], picks=names[1], modes=names[2], seeds=seeds, generator=generator,
+                num_jobs=jobs, nodes=nodes, gpus_per_node=gpus_per_node, power_model=power_model,
+                comm_load=comm_load, gpu_mem_mb=gpu_mem_mb, out=out, workers=workers, progress=progress,
+            )  # fmt: skip
+    s = result.summary
+    console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
+    for mode, r in s["overall"].items():
+        console.print(
+            f"  {mode:10s} mean JCT {r['mean_jct_ms'] / 1000:.2f} s, p99 {r['p99_jct_ms'] / 1000:.2f} s, "
+            f"makespan {r['makespan_ms'] / 1000:.2f} s, energy {r['energy_kj']:.0f} kJ"
+        )
+    w = s["adadual_wins"]
+    console.print(
+        f"  adadual beats unaware on mean JCT in {w['lower_mean_jct']} of {w['configs']} configurations"
+    )
+    console.print(f"results.csv, summary.json, summary.md and plots in [bold]{result.out}[/]")
+
+
+@experiment_app.command("hkbu-online-pd")
+def hkbu_online_pd(
+    instances: Annotated[int, typer.Option(help="random small instances (seeds 0, 1, ...)", min=1)] = 120,
+    order_searches: Annotated[
+        int, typer.Option(help="adversarial arrival orders found by local search (one instance each)", min=0)
+    ] = 20,
+    eta: Annotated[float, typer.Option(help="price-function tuning parameter eta")] = 1.0,
+    philly: Annotated[bool, typer.Option(help="also replay Philly against greedy first-fit and EDF")] = True,
+    max_jobs: Annotated[
+        int | None, typer.Option(help="Philly: keep the first N jobs by submission (0: all)", min=0)
+    ] = None,
+    deadline_slack: Annotated[
+        float, typer.Option(help="Philly: deadline = submit + slack x duration (reconstructed)")
+    ] = 3.0,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-online-pd"),
+    workers: WorkersOption = None,
+    data_dir: DataDirOption = None,
+    quiet: QuietOption = False,
+) -> None:
+    """HKBU-OnlinePD-reconstructed: empirical competitive ratio vs the proven bound, and a Philly replay."""
+    from ..experiments.hkbu_online_pd import LABEL, run_experiment
+
+    with user_errors(), progress_bar("hkbu-online-pd", enabled=not quiet) as progress:
+        result = run_experiment(
+            out=out, random_count=instances, order_searches=order_searches, eta=eta, philly=philly,
+            max_jobs=max_jobs or None, deadline_slack=deadline_slack, workers=workers, data_dir=data_dir,
+            progress=progress,
+        )  # fmt: skip
+    s = result.summary
+    w = s["worst_instance"]
+    console.print(f"{LABEL} (a reconstruction): {s['instances']} small instances in {s['wall_s']:.1f} s")
+    console.print(
+        f"  proven competitive ratio bound {s['competitive_ratio_bound']:.3f} "
+        f"(alpha {s['bound']['alpha']:.3f}, small-job limit {s['bound']['small_job_limit']:.3f})"
+    )
+    for kind, r in s["per_kind"].items():
+        console.print(f"  {kind:12s} empirical ratio mean {r['ratio_mean']:.3f}, max {r['ratio_max']:.3f}")
+    console.print(f"  worst instance {w['instance']} ({w['kind']}): {w['empirical_ratio']:.3f}")
+    for r in s["philly"]["runs"]:
+        console.print(
+            f"  philly {r['policy']:16s} started {r['started']:>6}  on time {r['on_time']:>6}  "
+            f"net ${r['net_value_usd']:>12,.0f}  energy {r['energy_kwh']:>10,.0f} kWh"
+        )
+    console.print(f"ratios.csv, summary.json, summary.md and plots in [bold]{result.out}[/]")

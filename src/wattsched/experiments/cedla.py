@@ -26,11 +26,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.atomic import write_text, write_with
+from ..core.atomic import write_text
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
-from .grid import ExperimentResult, check_policy_names, require_times, thinned, write_csv
+from .grid import (
+    ExperimentResult,
+    check_policy_names,
+    require_times,
+    save_figure,
+    thinned,
+    worker_count,
+    write_results,
+)
 from .parallel import run_tasks
 
 ProgressFn = Callable[[int, int], None]
@@ -212,15 +220,13 @@ def run_experiment(
     require_times(inputs, workload)
     tasks = [(p, r) for r in regs for p in names]
     tasks.sort(key=lambda t: t[0] not in ("cedla", "price-aware-no-drs"))  # slowest first keeps workers busy
-    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    workers = worker_count(workers, len(tasks))
     records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
     order = {p: i for i, p in enumerate(POLICIES)}
     records.sort(key=lambda r: (regs.index(r.region), order[r.policy]))
     results = pd.DataFrame([{k: v for k, v in asdict(r).items() if not k.startswith(("week_", "series_"))}
                             for r in records])  # fmt: skip
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "results.csv", results)
+    out = write_results(out, results)
     summary = summarise(setup, inputs, results, workers)
     if plots:
         summary["plots"] = write_plots(out, records)
@@ -360,8 +366,7 @@ def write_plots(out: Path, records: list[RunRecord]) -> dict[str, str]:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    write_with(out / "cost.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
+    save_figure(fig, out / "cost.png")
     plots["cost.png"] = "electricity cost per policy and region"
     # 2. Price against cluster power over the first week, first region.
     first = regions[0]
@@ -382,8 +387,7 @@ def write_plots(out: Path, records: list[RunRecord]) -> dict[str, str]:
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    write_with(out / "price_vs_power.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
+    save_figure(fig, out / "price_vs_power.png")
     plots["price_vs_power.png"] = (
         f"cluster power of FIFO always-on and cedla against the price, first week, {first}"
     )
@@ -397,7 +401,6 @@ def write_plots(out: Path, records: list[RunRecord]) -> dict[str, str]:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    write_with(out / "nodes_on.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
+    save_figure(fig, out / "nodes_on.png")
     plots["nodes_on.png"] = f"powered-on nodes over time per policy, {first}"
     return plots

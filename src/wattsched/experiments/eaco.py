@@ -10,7 +10,6 @@ cluster, policy and seed), ``summary.md`` (the paper's figures beside the measur
 from __future__ import annotations
 
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,11 +19,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.atomic import write_text, write_with
+from ..core.atomic import write_text
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
-from .grid import ExperimentResult, check_policy_names, require_times, thinned, write_csv
+from .grid import (
+    ExperimentResult,
+    check_policy_names,
+    machine_description,
+    require_times,
+    save_figure,
+    thinned,
+    worker_count,
+    write_results,
+)
 from .parallel import run_tasks
 
 FIRST_SEED = 42
@@ -185,13 +193,11 @@ def run_experiment(
     require_times(inputs, workload)
     tasks = [(p, n, s) for n in sizes for s in range(FIRST_SEED, FIRST_SEED + seeds) for p in names]
     tasks.sort(key=lambda t: (t[0] not in ("gandiva", "eaco"), -t[1]))  # slowest first keeps workers busy
-    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    workers = worker_count(workers, len(tasks))
     records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
     grid_wall = time.perf_counter() - started
     results = results_frame(records)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "results.csv", results)
+    out = write_results(out, results)
     summary = summarise(setup, inputs, records, results, workers, grid_wall)
     if plots:
         summary["plots"] = write_plots(out, records, summary)
@@ -245,7 +251,7 @@ def summarise(
         "workers": workers,
         "grid_wall_s": grid_wall,
         "summed_run_s": float(sum(r.wall_s for r in records)),
-        "machine": f"{platform.platform()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}",
+        "machine": machine_description(),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
 
@@ -395,8 +401,7 @@ def write_plots(out: Path, records: list[RunRecord], s: dict[str, Any]) -> dict[
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    write_with(out / "policies.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
+    save_figure(fig, out / "policies.png")
     plots["policies.png"] = (
         "energy, average active nodes, runtime and JCT per policy and cluster size (means)"
     )
@@ -413,8 +418,7 @@ def write_plots(out: Path, records: list[RunRecord], s: dict[str, Any]) -> dict[
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    write_with(out / "active_nodes.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
+    save_figure(fig, out / "active_nodes.png")
     plots["active_nodes.png"] = (
         "powered-on nodes over time per policy (the paper attributes the saving to them)"
     )

@@ -36,6 +36,7 @@ from ..engine.packing import PackingObserver, run_packing
 from ..policies import PLACEMENT_POLICIES
 from ..policies.base import Placement
 from ..policies.fgd import FragModel, typical_pods
+from .grid import worker_count
 
 DEFAULT_POLICIES = (
     "random",
@@ -297,7 +298,7 @@ def run_grid(
     progress: ProgressFn | None = None,
 ) -> list[RunCurves]:
     tasks = sorted(((p, s) for p in policies for s in seeds), key=lambda t: _cost_rank(t[0]))
-    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    workers = worker_count(workers, len(tasks))
     results: list[RunCurves] = []
     if progress:
         progress(0, len(tasks))
@@ -346,7 +347,7 @@ def run_experiment(
     if inputs is None:
         inputs = trace_inputs(trace, data_dir)
     seed_list = list(range(FIRST_SEED, FIRST_SEED + seeds))
-    workers = max(1, workers or os.cpu_count() or 1)
+    workers = worker_count(workers)
     started = time.perf_counter()
     runs = run_grid(inputs, names, seed_list, workers, inflate, progress)
     wall = time.perf_counter() - started

@@ -3,6 +3,8 @@ the thinning of time series for plots."""
 
 from __future__ import annotations
 
+import os
+import platform
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,16 @@ class ExperimentResult:
     results: pd.DataFrame
     summary: dict[str, Any]
     runs: list = field(repr=False, default_factory=list)
+
+
+def worker_count(workers: int | None, tasks: int | None = None) -> int:
+    """`workers` (default: one per core), never more than there are tasks."""
+    count = workers or os.cpu_count() or 1
+    return max(1, min(count, tasks) if tasks is not None else count)
+
+
+def machine_description() -> str:
+    return f"{platform.platform()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}"
 
 
 def parse_list(text: str) -> list[str]:
@@ -45,6 +57,22 @@ def require_times(inputs, workload: str) -> None:
 
 def write_csv(path: Path, df: pd.DataFrame) -> None:
     write_with(path, lambda p: df.to_csv(p, index=False, float_format="%.6g"))
+
+
+def write_results(out: str | Path, results: pd.DataFrame) -> Path:
+    """Create the output directory and write `results.csv` into it; the directory."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "results.csv", results)
+    return out
+
+
+def save_figure(fig, path: Path, dpi: int = 120) -> None:
+    """Write a matplotlib figure as PNG atomically, then free it."""
+    import matplotlib.pyplot as plt
+
+    write_with(path, lambda p: fig.savefig(p, dpi=dpi, format="png"))
+    plt.close(fig)
 
 
 def thinned(size: int, points: int) -> np.ndarray:

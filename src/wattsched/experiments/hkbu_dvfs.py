@@ -19,7 +19,6 @@ published ones) and the plots ``energy_vs_u.png``, ``savings_vs_u.png`` and ``no
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,12 +27,12 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.atomic import write_json, write_text, write_with
+from ..core.atomic import write_json, write_text
 from ..core.errors import WattschedError
 from ..policies.hkbu_dvfs import OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ListConfig, list_schedule
 from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
 from .config import SimulationConfig
-from .grid import ExperimentResult, write_csv
+from .grid import ExperimentResult, save_figure, worker_count, write_csv
 from .parallel import run_tasks
 
 LABEL = "HKBU-DVFS"
@@ -334,19 +333,26 @@ def render_summary(s: dict[str, Any], savings: pd.DataFrame) -> str:
         "mostly lowers the memory clock and saves a few per cent. These are CUDA kernels, not DNN training, and "
         "the data hold no third GPU: e-Energy'19's three GPUs and DNN workloads are not in the fitted data.",
         "",
-        "## Savings per U (mean over seeds and algorithms, DRS on)",
+        "## Savings per U (% run / % total; mean over seeds and algorithms, DRS on)",
         "",
     ]
     drs_on = savings[savings.drs]
     table = drs_on.groupby(["model", "mode", "utilisation"], sort=True)[
         ["run_saving_pct", "total_saving_pct"]
     ].mean()
-    lines += ["| task model | mode | U | run saving % | total saving % |", "|---|---|---|---|---|"]
-    for (model, mode, u), r in table.iterrows():
-        lines.append(f"| {model} | {mode} | {u:.1f} | {r.run_saving_pct:.1f} | {r.total_saving_pct:.1f} |")
+    us = sorted(set(table.index.get_level_values("utilisation")))
+    lines += [
+        "| task model | mode | " + " | ".join(f"U={u:.1f}" for u in us) + " |",
+        "|---|---|" + "---|" * len(us),
+    ]
+    for (model, mode), sub in table.groupby(level=[0, 1], sort=True):
+        cells = {u: f"{r.run_saving_pct:.1f} / {r.total_saving_pct:.1f}" for (_, _, u), r in sub.iterrows()}
+        lines.append(f"| {model} | {mode} | " + " | ".join(cells.get(u, "") for u in us) + " |")
+    lines += ["", *_trace_section(s.get("trace", {}))]
     lines += [
         "",
-        "Files: results.csv, savings.csv, summary.json, energy_vs_u.png, savings_vs_u.png, nodes_vs_u.png.",
+        "Files: results.csv, savings.csv, trace.csv (when the trace part ran), summary.json, energy_vs_u.png, "
+        "savings_vs_u.png, nodes_vs_u.png.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -401,8 +407,7 @@ def write_plots(out: Path, results: pd.DataFrame, savings: pd.DataFrame) -> list
             ax.legend(fontsize=6)
         fig.suptitle(title)
         fig.tight_layout()
-        write_with(out / name, lambda p: fig.savefig(p, dpi=110, format="png"))
-        plt.close(fig)
+        save_figure(fig, out / name, dpi=110)
         written.append(name)
 
     mean = (
@@ -504,7 +509,7 @@ def run_experiment(
             for variant in TRACE_POLICIES
             for pm in TRACE_POWER_MANAGERS
         ]
-    workers = workers or os.cpu_count() or 1
+    workers = worker_count(workers)
     start = time.perf_counter()
     done = run_tasks(_run_task, setup, tasks, workers, progress)
     wall = time.perf_counter() - start

@@ -36,7 +36,7 @@ import pandas as pd
 from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from .config import SimulationConfig
-from .grid import parse_list
+from .grid import parse_list, worker_count
 from .parallel import executor
 
 POLICY = "powerflow"
@@ -367,7 +367,7 @@ def run_grid(
     first = sorted(uncapped, key=_cost_rank) + [Task("no-budget", POLICY, s) for s in seeds]
     first += sorted(capped, key=_cost_rank)
     total = len(first) + len(seeds) * (len(baselines) + len(prep.fractions))
-    workers = max(1, min(workers or os.cpu_count() or 1, total))
+    workers = worker_count(workers, total)
     energies: dict[int, dict[str, float]] = {s: {} for s in seeds}
     records: list[RunRecord] = []
     if progress:
@@ -433,7 +433,7 @@ def run_experiment(
     prep = prepared or prepare(
         workload, cluster, gpu_type, seeds, baselines, budget_points, caps, power_manager, data_dir
     )
-    workers = max(1, workers or os.cpu_count() or 1)
+    workers = worker_count(workers)
     grid_started = time.perf_counter()
     records = run_grid(prep, workers, progress)
     grid_wall = time.perf_counter() - grid_started

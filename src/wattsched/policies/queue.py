@@ -1,4 +1,5 @@
-"""Baseline queue policies: FIFO, shortest-job-first (oracle durations) and EASY backfilling."""
+"""Baseline queue policies: FIFO, shortest-job-first (oracle durations), EASY backfilling, and the list-scheduling
+baselines of the HKBU comparisons (EDF or arrival order, every job that fits starts)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,40 @@ class EasyBackfill(QueuePolicy):
             ends_in_time = ctx.now + float(jobs.duration_s[job]) <= shadow
             if (ends_in_time or demand <= extra) and ctx.try_start(job) and not ends_in_time:
                 extra -= demand
+
+
+def start_every_job_that_fits(ctx: PassContext) -> None:
+    """List scheduling: every waiting job that fits starts, in priority order; none blocks another."""
+    for job in ctx.pending():
+        ctx.try_start(job)
+
+
+@QUEUE_POLICIES.register("edf-greedy")
+class EdfGreedy(QueuePolicy):
+    """HKBU-DVFS-style EDF at default clocks: waiting jobs in order of deadline (no deadline last), each started
+    as soon as it fits; a job that does not fit blocks nothing (list scheduling)."""
+
+    name = "edf-greedy"
+    description = "earliest deadline first, start every job that fits (HKBU baseline)"
+
+    def priority(self, jobs: JobTable) -> np.ndarray:
+        # Deadlines below 2^52 s keep their order after adding the submission time scaled far down.
+        deadline = np.where(np.isnan(jobs.deadline_s), np.inf, jobs.deadline_s)
+        return deadline + 1e-9 * (jobs.submit_s - jobs.submit_s.min(initial=0.0))
+
+    def run_pass(self, ctx: PassContext) -> None:
+        start_every_job_that_fits(ctx)
+
+
+@QUEUE_POLICIES.register("arrival-greedy")
+class ArrivalGreedy(QueuePolicy):
+    """Greedy first-fit at default clocks: waiting jobs in arrival order, each started as soon as it fits."""
+
+    name = "arrival-greedy"
+    description = "arrival order, start every job that fits (HKBU baseline)"
+
+    def priority(self, jobs: JobTable) -> np.ndarray:
+        return jobs.submit_s
+
+    def run_pass(self, ctx: PassContext) -> None:
+        start_every_job_that_fits(ctx)
