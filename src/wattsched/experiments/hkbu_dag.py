@@ -400,7 +400,9 @@ def write_plots(out: Path, records: list[RunRecord], s: dict[str, Any]) -> dict[
     plots["jct_cdf.png"] = f"JCT CDF per comm mode for {ref_p} + {ref_g}, all seeds pooled"
     # 2. Mean JCT and energy per placement x pick, one bar per comm mode.
     configs = [(p, g) for p in s["per"] for g in s["per"][p]]
-    fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.55 * len(configs) * len(modes)), 7), sharex=True)
+    fig, axes = plt.subplots(
+        2, 1, figsize=(min(18, max(8, 0.22 * len(configs) * len(modes))), 7), sharex=True
+    )
     width = 0.8 / len(modes)
     x = np.arange(len(configs))
     for ax, (metric, label, scale) in zip(axes, (("mean_jct_ms", "mean JCT (s)", 1000.0),
