@@ -238,7 +238,8 @@ def test_experiment_writes_ratios_and_the_bound(tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["label"] == LABEL and s["bound_violations"] == 0
     assert s["competitive_ratio_bound"] == pytest.approx(small_family_bound()["competitive_ratio_bound"])
-    assert 1.0 <= s["worst_instance"]["empirical_ratio"] <= s["competitive_ratio_bound"]
+    worst = s["worst_instance"]["empirical_ratio"]
+    assert worst >= 1.0 - 1e-9 and worst <= s["competitive_ratio_bound"]
     assert set(res.results["kind"]) == {"random", "adversarial"}
     assert "reconstruction" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "ratio_histogram.png").stat().st_size > 0

@@ -20,6 +20,16 @@ DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
 
 
+def parse_numbers(text: str, kind: type, option: str, example: str) -> list:
+    """A comma-separated option as numbers of `kind`; a bad item is a usage error naming the option."""
+    from ..experiments.grid import parse_list
+
+    try:
+        return [kind(item) for item in parse_list(text)]
+    except ValueError:
+        raise typer.BadParameter(f"{option}: expected numbers such as {example}, got {text!r}") from None
+
+
 @experiment_app.callback()
 def _experiments() -> None:
     """Reproduction experiments (policy x seed grids) with tables and plots."""
@@ -150,10 +160,7 @@ def eaco(
     from ..experiments.grid import parse_list
 
     with user_errors():
-        try:
-            sizes = [int(n) for n in nodes.split(",") if n.strip()]
-        except ValueError:
-            raise typer.BadParameter(f"--nodes: expected integers such as 28,64, got {nodes!r}") from None
+        sizes = parse_numbers(nodes, int, "--nodes", "28,64")
         names = parse_list(policies)
         with progress_bar("eaco", enabled=not quiet) as progress:
             result = run_experiment(
@@ -275,12 +282,7 @@ def hkbu_dvfs(
     from ..experiments.hkbu_dvfs import TraceSetup, run_experiment, saving_lines
 
     with user_errors():
-        try:
-            us = [float(u) for u in parse_list(utilisations)]
-        except ValueError:
-            raise typer.BadParameter(
-                f"--utilisations: expected numbers such as 0.2,0.4, got {utilisations!r}"
-            ) from None
+        us = parse_numbers(utilisations, float, "--utilisations", "0.2,0.4")
         with progress_bar("hkbu-dvfs", enabled=not quiet) as progress:
             result = run_experiment(
                 out, models=parse_list(models), modes=parse_list(modes), utilisations=us, seeds=seeds, gpus=gpus,
