@@ -148,3 +148,24 @@ def test_cedla_experiment_on_your_own_market_and_the_gap_rules(tmp_path):
     assert res.exit_code != 0 and "--signal-fill" in res.output and "US-MIDA-PJM" in res.output
     res = runner.invoke(app, [*gap, "--signal-fill", "interpolate", "--out", str(tmp_path / "g2")])
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("policy", ["hkbu-dvfs", "hkbu-dag", "hkbu-online-pd"])
+def test_hkbu_policies_on_the_tiresias_480_job_trace(tmp_path, policy):
+    """Issue 11: each HKBU policy runs in `simulate` on a Tiresias trace with deadlines from a slack factor."""
+    require_real_file("tiresias-traces", "480_job_trace.csv")
+    out = tmp_path / "t"
+    args = ["simulate", "--workload", "tiresias/480_job_trace", "--cluster", "n32g4", "--allocation", policy,
+            "--deadline-slack", "3", "--quiet", "--out", str(out)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())
+    assert s["jobs_submitted"] == 480 and s["deadline_jobs"] == 480
+    params = s["policies"]["allocation"]["parameters"]
+    if (
+        policy == "hkbu-online-pd"
+    ):  # admission control: every job is admitted or rejected, admitted ones finish
+        assert params["admitted"] + params["rejected"] == 480
+        assert s["jobs_completed"] == params["admitted"] > 0
+    else:
+        assert s["jobs_completed"] == 480
