@@ -135,3 +135,17 @@ def test_trace_part_on_philly_saves_training_energy_at_equal_deadline_satisfacti
     assert t["training_saving_pct"] > 5
     rows = pd.read_csv(tmp_path / "trace.csv")
     assert len(rows) == 4 and set(rows.variant) == {"dvfs", "default"}
+
+
+def test_missing_trace_data_skips_the_trace_part_with_the_reason(tmp_path, monkeypatch):
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("WATTSCHED_CACHE", str(empty))  # no fetched copy either
+    result = run_experiment(
+        tmp_path / "out", models=["2070S"], modes=["offline"], utilisations=[0.4], seeds=1, gpus=16,
+        trace=TraceSetup(data_dir=str(empty)), workers=1,
+    )  # fmt: skip
+    assert "wattsched data fetch philly-pollux" in result.summary["trace"]["skipped"]
+    assert not (tmp_path / "out" / "trace.csv").exists()
+    with pytest.raises(WattschedError, match="unknown workload"):
+        run_experiment(tmp_path / "o2", trace=TraceSetup(workload="no-such-trace"), workers=1)

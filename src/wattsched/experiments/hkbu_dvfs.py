@@ -30,6 +30,7 @@ import pandas as pd
 from ..core.atomic import write_json, write_text
 from ..core.errors import WattschedError
 from ..policies.hkbu_dvfs import OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ListConfig, list_schedule
+from ..workloads.catalog import missing_data
 from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
 from .config import SimulationConfig
 from .grid import ExperimentResult, save_figure, worker_count, write_csv
@@ -459,18 +460,6 @@ def write_plots(out: Path, results: pd.DataFrame, savings: pd.DataFrame) -> list
     return written
 
 
-def _trace_available(trace: TraceSetup) -> str | None:
-    """None when the trace loads; else why the trace part is skipped (a missing dataset, not a bad name)."""
-    from ..core.errors import DataNotFoundError
-    from ..workloads.catalog import load_workload
-
-    try:
-        load_workload(trace.workload, trace.data_dir, False)
-    except DataNotFoundError as exc:
-        return str(exc)
-    return None
-
-
 def run_experiment(
     out: Path,
     models: Sequence[str] = TASK_MODELS,
@@ -496,7 +485,9 @@ def run_experiment(
         raise WattschedError(f"--theta must lie in [0, 1], got {theta}")
     if gpus_per_node < 1 or gpus < 1:
         raise WattschedError("--gpus and --gpus-per-node must be at least 1")
-    trace_skipped = _trace_available(trace) if trace is not None else "not requested (--trace none)"
+    trace_skipped = (
+        missing_data(trace.workload, trace.data_dir) if trace is not None else "not requested (--trace none)"
+    )
     setup = Setup(gpus, gpus_per_node, theta, trace if trace_skipped is None else None)
     tasks = [
         ("sets", model, mode, float(u), FIRST_SEED + k)

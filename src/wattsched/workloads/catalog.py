@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import UnknownNameError
+from ..core.errors import DataNotFoundError, UnknownNameError
 from ..core.jobs import JobTable
 from ..data.registry import locate
 from .pollux import read_pollux_workload
@@ -120,6 +120,26 @@ def _exists(name: str) -> bool:
         return Path(name).exists()
     except (OSError, ValueError):  # e.g. a name too long for the file system, or holding a NUL
         return False
+
+
+def missing_data(name: str, data_dir: str | Path | None = None) -> str | None:
+    """Why the dataset files of a named workload cannot be found (how to get them), or None when they can; an
+    unknown name is an error. Cheap: nothing is read."""
+    name = str(name).strip()
+    if name in _COMPOSITE:
+        return next((m for part in _COMPOSITE[name] if (m := missing_data(part, data_dir))), None)
+    entry = _CATALOG.get(name)
+    if entry is None:
+        if name.lower().endswith(".csv") or _exists(name):
+            return None  # a generic CSV: reading it reports any problem with the file itself
+        raise UnknownNameError("workload", name, [*workload_names(), "PATH.csv"])
+    try:
+        locate(entry.dataset, entry.relpath, data_dir)
+        if entry.gavel:
+            locate(entry.dataset, GAVEL_THROUGHPUTS, data_dir)
+    except DataNotFoundError as exc:
+        return str(exc)
+    return None
 
 
 def load_workload(
