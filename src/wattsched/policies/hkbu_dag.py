@@ -174,26 +174,54 @@ PLACEMENT_ORDERS: dict[str, PlacementOrder] = {
 GPU_PICKS = ("lwf", "lswf", "lgwf", "bp", "random")
 
 
+# GPU pick name -> (picker, lwf threshold): lswf and lgwf are the two branches of upstream's lwf rule.
+_PICK_NAMES: dict[str, tuple[str, int]] = {
+    "lwf": ("lwf", DEFAULT_LWF_THRESHOLD),
+    "lswf": ("lwf", 0),
+    "lgwf": ("lwf", 1 << 30),
+    "bp": ("bp", 0),
+    "random": ("random", 0),
+}
+
+
 def parse_gpu_pick(name: str) -> tuple[str, int]:
     """(`lwf`, threshold) for lwf, lwfN, lswf (threshold 0) and lgwf (no threshold); (name, 0) for bp/random."""
-    if name == "lwf":
-        return "lwf", DEFAULT_LWF_THRESHOLD
+    if name in _PICK_NAMES:
+        return _PICK_NAMES[name]
     m = re.fullmatch(r"lwf(\d+)", name)
-    if m:
-        return "lwf", int(m.group(1))
-    if name == "lswf":
-        return "lwf", 0
-    if name == "lgwf":
-        return "lwf", 1 << 30
-    if name in ("bp", "random"):
-        return name, 0
-    raise UnknownNameError("GPU pick", name, [*GPU_PICKS, "lwfN"])
+    if m is None:
+        raise UnknownNameError("GPU pick", name, [*GPU_PICKS, "lwfN"])
+    return "lwf", int(m.group(1))
 
 
 def check_placement(name: str) -> str:
     if name not in PLACEMENT_ORDERS:
         raise UnknownNameError("placement policy", name, PLACEMENT_ORDERS)
     return name
+
+
+def _pick_first(eligible, need, threshold, workload, gpus_per_node, rng) -> np.ndarray:
+    return np.flatnonzero(eligible)[:need]
+
+
+def _pick_random(eligible, need, threshold, workload, gpus_per_node, rng) -> np.ndarray:
+    return rng.permutation(np.flatnonzero(eligible))[:need]
+
+
+def _pick_least_workload(eligible, need, threshold, workload, gpus_per_node, rng) -> np.ndarray:
+    gpu = np.arange(eligible.size)
+    node = gpu // gpus_per_node
+    if need <= threshold:  # GPU level: least workload anywhere, ties by node, then GPU index
+        order = np.lexsort((gpu, node, workload))
+    else:  # node level: nodes by least mean GPU workload (ties by index), GPUs least loaded within each
+        node_load = workload.reshape(-1, gpus_per_node).mean(axis=1)
+        node_rank = np.empty(node_load.size, dtype=np.int64)
+        node_rank[np.argsort(node_load, kind="stable")] = np.arange(node_load.size)
+        order = np.lexsort((gpu, workload, node_rank[node]))
+    return order[eligible[order]][:need]
+
+
+_PICKERS = {"bp": _pick_first, "random": _pick_random, "lwf": _pick_least_workload}
 
 
 def pick_gpus(
@@ -210,20 +238,7 @@ def pick_gpus(
     eligible = mem_left >= mem_needed - _EPS
     if int(eligible.sum()) < need:
         return None
-    if kind == "bp":
-        return np.flatnonzero(eligible)[:need]
-    if kind == "random":
-        return rng.permutation(np.flatnonzero(eligible))[:need]
-    gpu = np.arange(mem_left.size)
-    node = gpu // gpus_per_node
-    if need <= threshold:  # GPU level: least workload anywhere, ties by node, then GPU index
-        order = np.lexsort((gpu, node, workload))
-    else:  # node level: nodes by least mean GPU workload (ties by index), GPUs least loaded within each
-        node_load = workload.reshape(-1, gpus_per_node).mean(axis=1)
-        node_rank = np.empty(node_load.size, dtype=np.int64)
-        node_rank[np.argsort(node_load, kind="stable")] = np.arange(node_load.size)
-        order = np.lexsort((gpu, workload, node_rank[node]))
-    return order[eligible[order]][:need]
+    return _PICKERS[kind](eligible, need, threshold, workload, gpus_per_node, rng)
 
 
 @dataclass
