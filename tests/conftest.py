@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.slurm_fixtures import local_slurm  # noqa: F401 (the session fixture of the live Slurm tests)
 from wattsched.core.cluster import ClusterSpec, ClusterState
 from wattsched.core.jobs import JobTable
 from wattsched.engine.observers import Observer

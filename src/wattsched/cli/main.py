@@ -13,11 +13,13 @@ from ..experiments.config import SimulationConfig, resolve_config
 from ..experiments.run import run_simulation
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
+from .agent import agent_command
 from .common import console, progress_bar, user_errors
 from .data import data_app
 from .experiment import experiment_app
 from .options import command_with_config_options
 from .perf import perf_app
+from .serve import serve_app
 from .signals import signals_app
 
 app = typer.Typer(
@@ -33,6 +35,7 @@ app.add_typer(
 )
 app.add_typer(perf_app, name="perf", help="Inspect the job performance model (e.g. GPU co-location).")
 app.add_typer(experiment_app, name="experiment", help="Reproduction experiments (policy x seed grids).")
+app.add_typer(serve_app, name="serve", help="Run the scheduler live on a cluster manager (Slurm).")
 
 
 def print_summary(summary: dict[str, Any], out: Path | None) -> None:
@@ -100,6 +103,7 @@ simulate = command_with_config_options(
     "write a run directory. Every setting of the config file is also a flag.",
 )
 app.command("simulate")(simulate)
+app.command("agent")(agent_command)
 
 
 @app.command()

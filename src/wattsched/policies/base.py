@@ -41,6 +41,9 @@ class JobRequest:
     node_mask: np.ndarray  # bool [N]: nodes whose GPU model the job accepts
     gang: bool  # needs more GPUs than any single eligible node has: spread over several nodes
     mask_id: int = -1  # identifies node_mask (equal ids, equal masks); -1 for a job without GPUs
+    per_node: int = (
+        0  # a gang's GPUs on each of its nodes when fixed (a Slurm job of N nodes x G GPUs); 0: any split
+    )
 
     @property
     def is_share(self) -> bool:
@@ -163,9 +166,14 @@ class PlacementPolicy(ABC):
         GPUs it hosts. Returns None unless every GPU can be placed now.
         """
         mask = req.node_mask & state.available & (state.free_gpus > 0)
+        if req.per_node > 0:  # exactly per_node GPUs on each of num_gpu / per_node nodes
+            mask &= state.free_gpus >= req.per_node
         nodes = np.flatnonzero(mask)
         if nodes.size == 0:
             return None
+        if req.per_node > 0:
+            order = np.lexsort((self.rank[nodes], -state.free_gpus[nodes]))
+            return fill_gang(state, req, nodes[order].tolist(), [req.per_node] * nodes.size)
         usable = gang_gpus(
             state.free_gpus[nodes],
             state.cpu_left[nodes],

@@ -23,6 +23,9 @@ class RequestBook:
     gang: np.ndarray  # bool [J]
     never_fits: np.ndarray  # bool [J]
     request_class: np.ndarray  # int [J]: equal ids, equal requests (GPU-model mask, GPUs, share, CPU, memory)
+    per_node: np.ndarray | None = (
+        None  # int [J]: a gang's fixed GPUs per node (live Slurm jobs); None: any split
+    )
 
     @staticmethod
     def build(jobs: JobTable, spec: ClusterSpec) -> RequestBook:
@@ -68,6 +71,7 @@ class RequestBook:
             else _all_true(self.spec.num_nodes),
             gang=bool(self.gang[j]),
             mask_id=int(self.spec_id[j]) if num_gpu > 0 else -1,
+            per_node=0 if self.per_node is None or not self.gang[j] else int(self.per_node[j]),
         )
 
 

@@ -1,0 +1,78 @@
+"""What the scheduler uses to talk to the node agent on its own node (docs/agent.md).
+
+Each call returns the agent's JSON answer; an error answer (4xx/5xx) or an unreachable agent raises
+``AgentRequestError`` with the agent's message, e.g. the allowed range of a refused power limit.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ..core.errors import WattschedError
+from .server import DEFAULT_HOST, DEFAULT_PORT
+
+
+class AgentRequestError(WattschedError):
+    """A request the agent refused (``status`` is its HTTP status) or could not be sent (``status`` None)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class AgentClient:
+    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout_s: float = 10.0):
+        self.base_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        self.timeout_s = timeout_s
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                message = json.loads(raw)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = raw.decode(errors="replace").strip() or exc.reason
+            raise AgentRequestError(f"agent at {self.base_url}: {message}", exc.code) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise AgentRequestError(f"agent at {self.base_url} unreachable: {reason}") from None
+
+    def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return json.loads(self._request(method, path, body))
+
+    def state(self) -> dict[str, Any]:
+        """``{"hostname": ..., "gpus": [{"index", "power_limit_w", "power_limit_range_w", ...}]}``."""
+        return self._json("GET", "/gpus")
+
+    def gpu_state(self, gpu: int) -> dict[str, Any]:
+        return self._json("GET", f"/gpus/{gpu}")
+
+    def set_power_limit(self, gpu: int, watts: float) -> dict[str, Any]:
+        return self._json("POST", f"/gpus/{gpu}/power-limit", {"watts": watts})
+
+    def lock_clocks(self, gpu: int, min_mhz: int, max_mhz: int) -> dict[str, Any]:
+        return self._json("POST", f"/gpus/{gpu}/locked-clocks", {"min_mhz": min_mhz, "max_mhz": max_mhz})
+
+    def reset_power_limit(self, gpu: int) -> dict[str, Any]:
+        return self._json("DELETE", f"/gpus/{gpu}/power-limit")
+
+    def reset_clocks(self, gpu: int) -> dict[str, Any]:
+        return self._json("DELETE", f"/gpus/{gpu}/locked-clocks")
+
+    def reset(self, gpu: int) -> dict[str, Any]:
+        """Power limit back to its value before the agent changed it, and locked clocks reset."""
+        return self._json("DELETE", f"/gpus/{gpu}")
+
+    def metrics(self) -> str:
+        """The Prometheus text of ``/metrics``."""
+        return self._request("GET", "/metrics").decode()

@@ -1,0 +1,388 @@
+"""The node agent: DCGM-named Prometheus metrics and a small JSON API for power limits and locked SM clocks.
+
+Endpoints (docs/agent.md): ``GET /metrics``, ``GET /gpus``, ``GET /gpus/<i>``, ``POST /gpus/<i>/power-limit``
+``{"watts": W}``, ``POST /gpus/<i>/locked-clocks`` ``{"min_mhz": a, "max_mhz": b}``, ``DELETE`` on either
+to reset it, and ``DELETE /gpus/<i>`` to reset both. The agent binds 127.0.0.1 by default and answers
+changes only from loopback peers even when bound wider. Every setting it changes is restored (the power
+limit to its value before the agent's first change, locked clocks reset) on ``close()``, which
+``serve_until_stopped`` calls on normal exit, SIGTERM and SIGINT.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import math
+import re
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from .nvml import AgentError, GpuDevice, GpuReading, gpu_count, init_nvml
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9400  # dcgm-exporter's port: run one or the other on a node, or pick another port
+MAX_BODY_BYTES = 64 * 1024
+
+# dcgm-exporter's names, help texts and units (etc/default-counters.csv and dcp-metrics-included.csv of
+# NVIDIA/dcgm-exporter; POWER_MGMT_LIMIT and FB_TOTAL are DCGM fields outside its default set).
+DCGM_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "temperature_c", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "power_w", "Power draw (in W)."),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "power_limit_w", "Power management limit (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_mj", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gpu_util_pct", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_copy_util_pct", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_FREE", "fb_free_mib", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "fb_used_mib", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_TOTAL", "fb_total_mib", "Framebuffer memory total (in MiB)."),
+)
+# dcgm-exporter declares the energy counter a Prometheus counter; prometheus_client would rename a counter
+# family to <name>_total, so it is exposed untyped under the DCGM name (rate() works on it all the same).
+_UNTYPED = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}
+LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+
+_GPU_PATH = re.compile(r"^/gpus/(\d+)(?:/(power-limit|locked-clocks))?/?$")
+
+
+@dataclass
+class ChangedSettings:
+    """What the agent changed on one GPU, so it can put it back."""
+
+    original_power_limit_mw: int | None = None
+    locked_clocks_mhz: tuple[int, int] | None = None
+
+
+class GpuAgent:
+    """The GPUs of one node, the settings the agent changed, and their restoration."""
+
+    def __init__(self, nvml: Any, hostname: str | None = None):
+        self.nvml = nvml
+        self.hostname = hostname or socket.gethostname()
+        init_nvml(nvml)
+        self.devices = [GpuDevice(nvml, index) for index in range(gpu_count(nvml))]
+        self.changed: dict[int, ChangedSettings] = {}
+        self._lock = threading.Lock()  # one NVML change at a time, and none after close()
+        self._closed = False
+
+    def device(self, index: int) -> GpuDevice:
+        if not 0 <= index < len(self.devices):
+            valid = f"GPUs 0-{len(self.devices) - 1}" if self.devices else "no GPUs"
+            raise AgentError(f"no GPU {index} on {self.hostname} ({valid})", 404)
+        return self.devices[index]
+
+    # -- state -----------------------------------------------------------------------------------------------
+
+    def gpu_state(self, index: int) -> dict[str, Any]:
+        device = self.device(index)
+        low, high = device.power_limit_range_w()
+        changed = self.changed.get(index, ChangedSettings())
+        try:
+            clock_range = device.sm_clock_range_mhz()
+        except AgentError:  # e.g. NOT_SUPPORTED: the state still answers, without the range
+            clock_range = None
+        original = changed.original_power_limit_mw
+        return {
+            "index": index,
+            "uuid": device.uuid,
+            "name": device.name,
+            "power_limit_w": device.power_limit_mw() / 1000,
+            "power_limit_range_w": [low, high],
+            "default_power_limit_w": device.default_power_limit_w(),
+            "original_power_limit_w": None if original is None else original / 1000,
+            "locked_clocks_mhz": list(changed.locked_clocks_mhz) if changed.locked_clocks_mhz else None,
+            "sm_clock_range_mhz": list(clock_range) if clock_range else None,
+        }
+
+    def state(self) -> dict[str, Any]:
+        return {"hostname": self.hostname, "gpus": [self.gpu_state(i) for i in range(len(self.devices))]}
+
+    def readings(self) -> Iterator[tuple[GpuDevice, GpuReading]]:
+        """One reading per GPU; a GPU whose read fails is left out of this scrape (and logged)."""
+        for device in self.devices:
+            try:
+                yield device, device.read()
+            except AgentError as exc:
+                logger.warning("%s", exc)
+
+    # -- changes ---------------------------------------------------------------------------------------------
+
+    def _change(self, index: int, action: Callable[[GpuDevice, ChangedSettings], None]) -> dict[str, Any]:
+        device = self.device(index)
+        with self._lock:
+            if self._closed:
+                raise AgentError("the agent is shutting down and has restored the GPU settings", 503)
+            changed = self.changed.setdefault(index, ChangedSettings())
+            action(device, changed)
+        return self.gpu_state(index)
+
+    def set_power_limit(self, index: int, watts: float) -> dict[str, Any]:
+        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
+            original = device.power_limit_mw()
+            device.set_power_limit_w(watts)
+            if changed.original_power_limit_mw is None:
+                changed.original_power_limit_mw = original
+
+        return self._change(index, apply)
+
+    def lock_clocks(self, index: int, min_mhz: int, max_mhz: int) -> dict[str, Any]:
+        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
+            device.lock_sm_clocks(min_mhz, max_mhz)
+            changed.locked_clocks_mhz = (min_mhz, max_mhz)
+
+        return self._change(index, apply)
+
+    def reset_power_limit(self, index: int) -> dict[str, Any]:
+        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
+            if changed.original_power_limit_mw is not None:
+                device.set_power_limit_mw(changed.original_power_limit_mw)
+                changed.original_power_limit_mw = None
+
+        return self._change(index, apply)
+
+    def reset_clocks(self, index: int) -> dict[str, Any]:
+        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
+            device.reset_locked_clocks()  # also clears clocks locked by someone else, e.g. a crashed agent
+            changed.locked_clocks_mhz = None
+
+        return self._change(index, apply)
+
+    def reset(self, index: int) -> dict[str, Any]:
+        self.reset_power_limit(index)
+        return self.reset_clocks(index)
+
+    def _restore_all(self) -> list[str]:
+        failures = []
+        for index, changed in sorted(self.changed.items()):
+            device = self.devices[index]
+            if changed.original_power_limit_mw is not None:
+                try:
+                    device.set_power_limit_mw(changed.original_power_limit_mw)
+                    changed.original_power_limit_mw = None
+                except AgentError as exc:
+                    failures.append(str(exc))
+            if changed.locked_clocks_mhz is not None:
+                try:
+                    device.reset_locked_clocks()
+                    changed.locked_clocks_mhz = None
+                except AgentError as exc:
+                    failures.append(str(exc))
+        return failures
+
+    def close(self) -> list[str]:
+        """Restore every changed setting, refuse further changes, shut NVML down; returns what failed."""
+        with self._lock:
+            if self._closed:
+                return []
+            self._closed = True
+            failures = self._restore_all()
+        for failure in failures:
+            logger.error("could not restore: %s", failure)
+        try:
+            self.nvml.nvmlShutdown()
+        except self.nvml.NVMLError as exc:
+            logger.warning("nvmlShutdown failed: %s", exc)
+        return failures
+
+
+class DcgmCollector:
+    """Prometheus collector: one family per DCGM name, one sample per GPU, read at scrape time."""
+
+    def __init__(self, agent: GpuAgent):
+        self.agent = agent
+
+    def _labels(self, device: GpuDevice) -> dict[str, str]:
+        return {
+            "gpu": str(device.index),
+            "UUID": device.uuid,
+            "pci_bus_id": device.pci_bus_id,
+            "device": device.device_node,
+            "modelName": device.name,
+            "Hostname": self.agent.hostname,
+        }
+
+    def collect(self) -> Iterator[Metric]:
+        readings = list(self.agent.readings())
+        for name, field, help_text in DCGM_METRICS:
+            if name in _UNTYPED:
+                family: Metric = Metric(name, help_text, "unknown")
+            else:
+                family = GaugeMetricFamily(name, help_text, labels=LABELS)
+            for device, reading in readings:
+                value = getattr(reading, field)
+                if value is None:
+                    continue
+                family.add_sample(name, self._labels(device), value)
+            yield family
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _number(body: dict[str, Any], key: str, kind: str) -> float:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise AgentError(f"{kind} request needs a number '{key}', got {json.dumps(value)}", 400)
+    return value
+
+
+def _whole_number(body: dict[str, Any], key: str, kind: str) -> int:
+    value = _number(body, key, kind)
+    if value != int(value):
+        raise AgentError(f"{kind} request needs a whole number of MHz for '{key}', got {value}", 400)
+    return int(value)
+
+
+class AgentHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, agent: GpuAgent, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
+        self.agent = agent
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(DcgmCollector(agent))
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), AgentRequestHandler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+
+class AgentRequestHandler(BaseHTTPRequestHandler):
+    server: AgentHttpServer
+    server_version = "wattsched-agent"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _handle(self, method: str) -> None:
+        try:
+            if method == "GET" and self.path.split("?", 1)[0] == "/metrics":
+                self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+                return
+            status, payload = self._route(method)
+        except AgentError as exc:
+            status, payload = exc.status, {"error": str(exc)}
+        except Exception as exc:  # never a traceback to the caller; the log has it
+            logger.exception("%s %s failed", method, self.path)
+            status, payload = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
+        self._send(status, (json.dumps(payload) + "\n").encode(), "application/json")
+
+    def _route(self, method: str) -> tuple[int, dict[str, Any]]:
+        agent = self.server.agent
+        path = self.path.split("?", 1)[0]
+        if path in ("/gpus", "/gpus/"):
+            if method != "GET":
+                raise AgentError(f"{method} {path} is not allowed; use GET", 405)
+            return 200, agent.state()
+        match = _GPU_PATH.match(path)
+        if match is None:
+            raise AgentError(f"no such endpoint: {method} {path} (see /gpus and /metrics)", 404)
+        index, setting = int(match.group(1)), match.group(2)
+        if method == "GET":
+            if setting is not None:
+                raise AgentError(f"GET {path} is not allowed; GET /gpus/{index} shows the settings", 405)
+            return 200, agent.gpu_state(index)
+        if not _is_loopback(self.client_address[0]):
+            raise AgentError(
+                f"changes are accepted from localhost only, not from {self.client_address[0]}", 403
+            )
+        if method == "DELETE":
+            if setting == "power-limit":
+                return 200, agent.reset_power_limit(index)
+            if setting == "locked-clocks":
+                return 200, agent.reset_clocks(index)
+            return 200, agent.reset(index)
+        if setting is None:
+            raise AgentError(f"POST {path} is not allowed; POST to {path}/power-limit or /locked-clocks", 405)
+        body = self._json_body()
+        if setting == "power-limit":
+            return 200, agent.set_power_limit(index, _number(body, "watts", "power-limit"))
+        min_mhz = _whole_number(body, "min_mhz", "locked-clocks")
+        max_mhz = _whole_number(body, "max_mhz", "locked-clocks")
+        return 200, agent.lock_clocks(index, min_mhz, max_mhz)
+
+    def _json_body(self) -> dict[str, Any]:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise AgentError("bad Content-Length header", 400) from None
+        if length > MAX_BODY_BYTES:
+            raise AgentError(f"request body over {MAX_BODY_BYTES} bytes", 413)
+        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise AgentError(f"request body is not JSON: {exc}", 400) from None
+        if not isinstance(body, dict):
+            raise AgentError("request body must be a JSON object", 400)
+        return body
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _StopRequested(Exception):
+    pass
+
+
+def serve_until_stopped(server: AgentHttpServer) -> list[str]:
+    """Serve until SIGTERM, SIGINT or an error; then restore the GPU settings. Returns what failed to restore."""
+
+    stop_signals = (signal.SIGTERM, signal.SIGINT)
+
+    def ignore_stop_signals() -> None:  # a second signal must not interrupt the restore
+        for sig in stop_signals:
+            signal.signal(sig, signal.SIG_IGN)
+
+    def request_stop(signum: int, frame: Any) -> None:
+        ignore_stop_signals()
+        raise _StopRequested(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in stop_signals}
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except _StopRequested as stop:
+        logger.info("%s received: restoring GPU settings", stop)
+    finally:
+        ignore_stop_signals()
+        try:
+            server.server_close()
+        finally:
+            failures = server.agent.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return failures

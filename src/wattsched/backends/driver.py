@@ -1,0 +1,178 @@
+"""The live loop: observe -> decide -> apply, every `interval_s` seconds (docs/live-slurm.md §3).
+
+The loop calls the scheduler at the same decision points the simulator does (``engine/temporal.py``): once at the
+start, after jobs arrive (if the scheduler decides on arrivals), after capacity is released (completions, nodes
+coming back) and when a policy asked for it (``wake_at`` timers, ``decide_after_events``). A failed or unreadable
+observation is logged with its command and counted, and the loop goes on at the next tick; nothing is lost, since
+the cluster manager keeps the queue and the job store records what wattsched let go.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.states import OFF, ON, POWER_STATE_NAMES
+from ..energy.power_models import LinearModel
+from ..policies.contract import Scheduler
+from .base import BackendError, ClusterBackend
+from .live import LiveCluster
+from .store import JobStore
+
+log = logging.getLogger("wattsched.live")
+
+
+class LiveMetrics:
+    """Prometheus metrics of the live scheduler, in their own registry."""
+
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.queue = Gauge("wattsched_queue_length", "Jobs waiting for wattsched to place them", registry=r)
+        self.running = Gauge("wattsched_running_jobs", "Jobs holding GPUs", registry=r)
+        self.decisions = Counter("wattsched_decisions", "Scheduling decisions made", registry=r)
+        self.latency = Histogram(
+            "wattsched_decision_latency_seconds",
+            "Time of one scheduling pass (the policy's decision; the cluster-manager calls that follow are in "
+            "wattsched_apply_seconds)",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+            registry=r,
+        )
+        self.observe = Histogram(
+            "wattsched_observe_seconds", "Time to read the cluster manager's state", registry=r
+        )
+        self.apply = Histogram(
+            "wattsched_apply_seconds",
+            "Time to let a pass's started jobs go in the cluster manager",
+            registry=r,
+        )
+        self.errors = Counter("wattsched_backend_errors", "Cluster-manager calls that failed", registry=r)
+        self.nodes = Gauge("wattsched_nodes", "Nodes by power state", ["power_state"], registry=r)
+        self.power = Gauge(
+            "wattsched_cluster_power_watts",
+            "Cluster power estimated by the linear model (powered nodes; busy GPUs at full load)",
+            registry=r,
+        )
+
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=address, registry=self.registry)
+
+
+@dataclass
+class StepResult:
+    observed: bool
+    decided: bool = False
+    latency_s: float = 0.0
+    arrived: int = 0
+    finished: int = 0
+    started: int = 0
+    apply_s: float = 0.0  # letting the started jobs go (cluster-manager calls), after the pass
+
+
+@dataclass
+class LiveDriver:
+    backend: ClusterBackend
+    scheduler: Scheduler
+    store: JobStore
+    seed: int = 42
+    slurm_powers_nodes: bool = True
+    gpu_type_map: dict[str, str] = field(default_factory=dict)
+    metrics: LiveMetrics | None = None
+    cluster: LiveCluster | None = None
+    latencies_s: list[float] = field(default_factory=list)
+
+    def step(self) -> StepResult:
+        """One observation and, if due, one decision."""
+        t0 = time.perf_counter()
+        try:
+            obs = self.backend.observe()
+        except BackendError as exc:
+            log.warning("observation failed, retried at the next tick: %s", exc)
+            if self.metrics:
+                self.metrics.errors.inc()
+            return StepResult(observed=False)
+        if self.metrics:
+            self.metrics.observe.observe(time.perf_counter() - t0)
+        first = self.cluster is None
+        if first:
+            self.cluster = LiveCluster(
+                self.backend, self.scheduler, obs, self.store, seed=self.seed,
+                slurm_powers_nodes=self.slurm_powers_nodes, gpu_type_map=self.gpu_type_map,
+            )  # fmt: skip
+        c = self.cluster
+        changes = c.update(obs)
+        if first:
+            self.scheduler.on_start(c.view, c.actions)
+        for callback in c.due_timers():
+            callback(c.view, c.actions)
+        c.flush()
+        due = (
+            first
+            or (changes.arrived and self.scheduler.decide_on_arrival)
+            or (changes.released and self.scheduler.decide_on_release)
+            or c.decide_requested
+        )
+        result = StepResult(True, arrived=len(changes.arrived), finished=len(changes.finished))
+        if due and c.view.queue_length + len(c.targets) > 0:
+            c.decide_requested = False
+            t1 = time.perf_counter()
+            c.decide()
+            result.latency_s = time.perf_counter() - t1
+            result.started = c.flush()
+            result.apply_s = time.perf_counter() - t1 - result.latency_s
+            result.decided = True
+            self.latencies_s.append(result.latency_s)
+            if self.metrics:
+                self.metrics.decisions.inc()
+                self.metrics.latency.observe(result.latency_s)
+                self.metrics.apply.observe(result.apply_s)
+        if self.metrics:
+            self._update_gauges()
+        return result
+
+    def _update_gauges(self) -> None:
+        c, m = self.cluster, self.metrics
+        m.queue.set(c.view.queue_length)
+        m.running.set(len(c.targets))
+        for code, name in enumerate(POWER_STATE_NAMES):
+            m.nodes.labels(power_state=name).set(int((c.power_state == code).sum()))
+        m.power.set(self.power_estimate_w())
+
+    def power_estimate_w(self) -> float:
+        """Powered nodes at idle draw plus every allocated GPU at full load (the linear model, docs/energy.md)."""
+        c = self.cluster
+        if not hasattr(self, "_model"):
+            self._model = LinearModel()
+            self._model.bind(c.spec)
+        model, state = self._model, c.state
+        nodes = np.flatnonzero(c.power_state == ON)
+        if nodes.size == 0:
+            return 0.0
+        busy = (c.spec.gpu_count[nodes] - state.free_gpus[nodes]).astype(np.float64)
+        gpu = (
+            model.gpu_idle_w[nodes] * (c.spec.gpu_count[nodes] - busy)
+            + model.gpu_busy_w(np.ones(nodes.size), nodes) * busy
+        )
+        cpu = model.cpu_w(state.cpu_left[nodes], nodes)
+        return float((gpu + cpu).sum() + model.default_node_base_w * nodes.size)
+
+    def run(self, interval_s: float, stop: threading.Event, max_steps: int | None = None) -> None:
+        """Step every `interval_s` seconds until `stop` is set."""
+        steps = 0
+        while not stop.is_set() and (max_steps is None or steps < max_steps):
+            started = time.monotonic()
+            self.step()
+            steps += 1
+            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+
+    @property
+    def nodes_off(self) -> int:
+        return 0 if self.cluster is None else int((self.cluster.power_state == OFF).sum())

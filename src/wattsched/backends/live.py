@@ -1,0 +1,686 @@
+"""A live cluster as the policies see it: the ``ClusterView`` and ``Actions`` of ``policies/contract.py`` over
+observations of a real cluster manager (docs/live-slurm.md §3).
+
+:class:`LiveCluster` keeps a mirror of the observed cluster: the job table (jobs in the order they were first seen),
+their status, and the free capacity (``ClusterState``) after every job that holds GPUs. The scheduler, and the
+placement, queue and allocation policies inside it, read it through :class:`LiveView` and act through
+:class:`LiveActions`, which validate each action against the mirror and carry it out through the backend
+(``backends/base.py``). Times are seconds since the mirror's origin (the earliest submission or first observation),
+as in the simulator.
+
+What a live cluster cannot know the way the simulator does, and how it is answered here:
+
+* a job's work and speed: from its wall-time limit (the only duration a user gives), progress = time run;
+* which GPUs of a node a job gets: the cluster manager picks them; the mirror keeps the policy's choice, so the
+  count per node is exact and the indices are the policy's own;
+* jobs that arrive later: the job table grows, and the scheduler is bound again to the larger table (queue and
+  placement policies keep no per-job state between decisions; an allocation policy's own state starts over).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..core.cluster import MILLI, ClusterSpec, ClusterState
+from ..core.errors import WattschedError
+from ..core.gpus import GPU_CATALOG
+from ..core.jobs import JobTable
+from ..core.states import (
+    OFF,
+    ON,
+    PHASE_RELEASED,
+    PHASE_RUNNING,
+    STATUS_DONE,
+    STATUS_DROPPED,
+    STATUS_FUTURE,
+    STATUS_PENDING,
+    STATUS_RUNNING,
+    STATUS_UNSCHEDULABLE,
+)
+from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
+from ..policies.base import JobRequest, Placement
+from ..policies.contract import BindContext, InvalidDecision, Scheduler, Target, WakeCallback
+from ..policies.requests import RequestBook
+from .base import (
+    JOB_FINISHED,
+    JOB_RUNNING,
+    JOB_STARTING,
+    NODE_OFF,
+    NODE_ON,
+    NODE_POWERING_DOWN,
+    NODE_POWERING_UP,
+    BackendError,
+    ClusterBackend,
+    JobObs,
+    Observation,
+)
+from .store import JobStore
+
+log = logging.getLogger("wattsched.live")
+
+# Observed node power -> the view's power state; powered-down nodes count as OFF.
+_POWER = {NODE_ON: ON, NODE_OFF: OFF, NODE_POWERING_DOWN: OFF}
+
+
+def catalog_gpu_name(gres_type: str, type_map: Mapping[str, str] | None = None) -> str:
+    """The catalog GPU model of a cluster manager's GPU type name (``a100`` -> ``A100``); "" stays "" (any)."""
+    if not gres_type:
+        return ""
+    if type_map and gres_type in type_map:
+        return type_map[gres_type]
+    by_lower = {name.lower(): name for name in GPU_CATALOG}
+    name = by_lower.get(gres_type.lower())
+    if name is None:
+        raise WattschedError(
+            f"GPU type '{gres_type}' is not in wattsched's GPU catalog ({', '.join(GPU_CATALOG)}); map it to the "
+            f"closest one with --gpu-type-map {gres_type}=MODEL"
+        )
+    return name
+
+
+def spec_from_observation(
+    obs: Observation, name: str, type_map: Mapping[str, str] | None = None
+) -> ClusterSpec:
+    """The cluster's shape: one node per observed node, in the order observed."""
+    if not obs.nodes:
+        raise WattschedError(f"{name}: the cluster manager reports no nodes")
+    nodes = obs.nodes
+    return ClusterSpec.from_arrays(
+        name,
+        [n.name for n in nodes],
+        [n.cpus * MILLI for n in nodes],
+        [n.memory_mib for n in nodes],
+        [n.gpus for n in nodes],
+        [catalog_gpu_name(n.gpu_model, type_map) if n.gpus else "" for n in nodes],
+    )
+
+
+@dataclass
+class Changes:
+    """What one observation changed: decisions follow arrivals and released capacity."""
+
+    arrived: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    confirmed: list[int] = field(default_factory=list)  # started by us, now running in the cluster manager
+    nodes_changed: bool = False
+
+    @property
+    def released(self) -> bool:
+        return bool(self.finished) or self.nodes_changed
+
+
+class LiveCluster:
+    """The mirror, the view and the actions of one scheduler on one live cluster.
+
+    Job status as in the simulator: pending (held for wattsched to place), running (holds GPUs: let go, or running
+    in the cluster manager), done, dropped (rejected), unschedulable (can never fit); a queued job that the cluster
+    manager places itself (submitted without a hold) is "not arrived" for the policies until it runs.
+    """
+
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        scheduler: Scheduler,
+        first: Observation,
+        store: JobStore,
+        *,
+        seed: int = 42,
+        slurm_powers_nodes: bool = True,
+        gpu_type_map: Mapping[str, str] | None = None,
+    ):
+        self.backend = backend
+        self.scheduler = scheduler
+        self.store = store
+        # Powered-down nodes stay placeable when the cluster manager wakes them for the jobs sent there (Slurm's
+        # SuspendTime); when wattsched's power manager drives power, only nodes that are on take work.
+        self.slurm_powers_nodes = slurm_powers_nodes
+        self.type_map = dict(gpu_type_map or {})
+        self.spec = spec_from_observation(first, backend.name, self.type_map)
+        self.state = ClusterState(self.spec)
+        self.node_index = {str(n): i for i, n in enumerate(self.spec.node_names)}
+        self.power_state = np.full(self.spec.num_nodes, ON, dtype=np.int8)
+        self.idle_since = np.zeros(self.spec.num_nodes)
+        submits = [j.submit_s for j in first.jobs if j.state != JOB_FINISHED]
+        self.origin = min([first.time_s, *submits])
+        self.now = first.time_s - self.origin
+        # The same streams as a simulation with this seed (experiments/run.py): the node order policies break
+        # ties with is drawn first from the policy stream, so live and simulated placements agree.
+        self.seed = seed
+        self.node_rank = self._policy_rng().permutation(self.spec.num_nodes).astype(np.int64)
+        self.ids: list[str] = []
+        self.index: dict[str, int] = {}
+        self.obs: list[JobObs] = []
+        self.jobs = JobTable.build([], [], [], [])
+        self._grow_arrays(0)
+        self.targets: dict[int, Target] = {}
+        self.last_placement: dict[int, Placement] = {}
+        self.deferred: set[int] = set()
+        self.misshaped: set[int] = set()  # placed in a shape the cluster manager cannot run (logged once)
+        self.unaccounted: set[int] = (
+            set()
+        )  # running or let go, but no room for it in the mirror (logged once)
+        self.keep_free_gpus = 0.0
+        self.outbox: list[tuple[int, list[str], GpuSetting]] = []  # started by the pass, not yet let go
+        self._timers: list[tuple[float, int, WakeCallback]] = []
+        self._timer_seq = 0
+        self.decide_requested = False
+        self.view = LiveView(self)
+        self.actions = LiveActions(self, scheduler.name)
+
+    def _policy_rng(self) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[1])
+
+    # ----- the mirror ----------------------------------------------------------------------------------------
+    def _grow_arrays(self, n: int) -> None:
+        def grown(old: np.ndarray | None, fill, dtype) -> np.ndarray:
+            new = np.full(n, fill, dtype=dtype)
+            if old is not None:
+                new[: old.size] = old
+            return new
+
+        get = self.__dict__.get
+        self.status = grown(get("status"), STATUS_PENDING, np.int8)
+        self.phase = grown(get("phase"), PHASE_RELEASED, np.int8)
+        self.start_s = grown(get("start_s"), np.nan, np.float64)
+        self.end_s = grown(get("end_s"), np.nan, np.float64)
+        self.hold_since = grown(get("hold_since"), 0.0, np.float64)
+        self.held_gpus = grown(get("held_gpus"), 0, np.int64)
+        self.attained_gpu_s = grown(get("attained_gpu_s"), 0.0, np.float64)
+        self.executed_s = grown(get("executed_s"), 0.0, np.float64)
+
+    def _add_jobs(self, new: list[JobObs]) -> list[int]:
+        first = len(self.ids)
+        for j in new:
+            self.index[j.job_id] = len(self.ids)
+            self.ids.append(j.job_id)
+            self.obs.append(j)
+        obs = self.obs
+        self.jobs = JobTable.build(
+            job_id=self.ids,
+            submit_s=[o.submit_s - self.origin for o in obs],
+            duration_s=[o.time_limit_s if math.isfinite(o.time_limit_s) else 0.0 for o in obs],
+            num_gpu=[o.num_gpu for o in obs],
+            cpu_milli=[o.cpus * MILLI for o in obs],
+            memory_mib=[o.memory_mib for o in obs],
+            gpu_spec=[self._job_gpu_model(o) for o in obs],
+            source=self.backend.name,
+        )
+        self._grow_arrays(len(self.ids))
+        self.book = self._live_book()
+        self._priority = np.asarray(self.scheduler.priority(self.jobs), dtype=np.float64)
+        self._bind()
+        return list(range(first, len(self.ids)))
+
+    def _live_book(self) -> RequestBook:
+        """Requests as the cluster manager runs them: a job asked for on one node is never spread over several
+        (a gang is a job asked for on several nodes), so it can never fit when no eligible node has its GPUs."""
+        book = RequestBook.build(self.jobs, self.spec)
+        nodes = np.array([o.num_nodes for o in self.obs], dtype=np.int64)
+        per_node = np.array([o.gpus_per_node for o in self.obs], dtype=np.int64)
+        largest = np.array(
+            [int(self.spec.gpu_count[m].max()) if m.any() else 0 for m in book.node_mask_by_spec]
+        )
+        single_too_big = (nodes == 1) & (per_node > largest[book.spec_id])
+        return replace(book, gang=nodes > 1, never_fits=book.never_fits | single_too_big, per_node=per_node)
+
+    def _job_gpu_model(self, o: JobObs) -> str:
+        try:
+            return catalog_gpu_name(o.gpu_model, self.type_map)
+        except WattschedError:
+            return o.gpu_model  # no node has it: the job is reported as never fitting
+
+    def _bind(self) -> None:
+        from ..energy.utilisation import job_gpu_load
+        from ..perf.model import PerformanceModel
+
+        self.perf = PerformanceModel(self.jobs, self.spec, job_gpu_load(self.jobs))
+        rng = self._policy_rng()
+        rng.permutation(self.spec.num_nodes)  # the node order, drawn first as in the simulator
+        self.scheduler.bind(BindContext(self.spec, self.jobs, rng, self.node_rank, self.perf))
+
+    def update(self, obs: Observation) -> Changes:
+        """Fold one observation into the mirror; what changed."""
+        self.now = obs.time_s - self.origin
+        changes = Changes(nodes_changed=self._update_nodes(obs))
+        new = [j for j in obs.jobs if j.job_id not in self.index and j.state != JOB_FINISHED]
+        if new:
+            changes.arrived = self._add_jobs(new)
+            for job in changes.arrived:
+                if self.book.never_fits[job]:
+                    o = self.obs[job]
+                    log.warning("job %s (%d node(s) x %d GPU(s) %s) can never fit this cluster: left alone",
+                                o.job_id, o.num_nodes, o.gpus_per_node, o.gpu_model or "any")  # fmt: skip
+                    self.status[job] = STATUS_UNSCHEDULABLE
+        seen = set()
+        # Running jobs first: they hold their GPUs for sure, a released one only once it starts.
+        for o in sorted(obs.jobs, key=lambda o: o.state != JOB_RUNNING):
+            job = self.index.get(o.job_id)
+            if job is None:
+                continue
+            seen.add(job)
+            self.obs[job] = o
+            self._update_job(job, o, changes)
+        # A job we hold GPUs for that the cluster manager no longer lists has ended (purged from its queue).
+        for job in [j for j in self.targets if j not in seen]:
+            self._finish(job, changes)
+        return changes
+
+    def _update_nodes(self, obs: Observation) -> bool:
+        changed = False
+        for n in obs.nodes:
+            i = self.node_index.get(n.name)
+            if i is None:
+                log.warning("node %s appeared after start; restart wattsched to schedule on it", n.name)
+                continue
+            power = _POWER.get(n.power, OFF)
+            available = n.power == NODE_ON or (
+                self.slurm_powers_nodes and n.power in (NODE_OFF, NODE_POWERING_UP)
+            )
+            if bool(self.state.available[i]) != available:
+                self.state.set_available(np.array([i]), available)
+                changed = True
+            self.power_state[i] = power
+        return changed
+
+    def _update_job(self, job: int, o: JobObs, changes: Changes) -> None:
+        status = int(self.status[job])
+        if o.state == JOB_FINISHED:
+            if status in (STATUS_PENDING, STATUS_RUNNING) and job not in self.targets:
+                self.status[job] = STATUS_DONE if status == STATUS_RUNNING else STATUS_DROPPED
+                self.end_s[job] = self.now
+            elif job in self.targets:
+                self._finish(job, changes)
+            return
+        if o.state in (JOB_RUNNING, JOB_STARTING):
+            if job in self.targets:
+                if o.state == JOB_RUNNING and self.phase[job] != PHASE_RUNNING:
+                    self.phase[job] = PHASE_RUNNING
+                    changes.confirmed.append(job)
+                    self.store.mark(self.ids[job], "running")
+            elif o.nodes:  # let go before a restart of wattsched, or started by the cluster manager itself
+                self._adopt(job, o)
+            else:  # queued without a hold and without nodes: the cluster manager places it, not wattsched
+                self.status[job] = STATUS_FUTURE
+            return
+        if self.status[job] == STATUS_FUTURE:  # held now: ours to place
+            self.status[job] = STATUS_PENDING
+        if job in self.targets and self.phase[job] == PHASE_RUNNING:
+            # requeued by the cluster manager (node failure, preemption outside wattsched): back to the queue
+            self._release(job)
+            self.status[job] = STATUS_PENDING
+            changes.finished.append(job)
+
+    def _adopt(self, job: int, o: JobObs) -> None:
+        """Account a job that runs without this mirror having started it: its recorded placement if the store
+        has one, else the first free GPUs of its nodes."""
+        placement = self.store.placement(self.ids[job])
+        if placement is None or not self._fits(placement):
+            placement = self._first_free(o)
+        if placement is None:
+            log.warning(
+                "job %s runs on %s but the mirror has no room for it there", o.job_id, ",".join(o.nodes)
+            )
+            return
+        self._hold(job, Target(placement))
+        self.phase[job] = PHASE_RUNNING if o.state == JOB_RUNNING else PHASE_RELEASED
+        self.store.record_start(self.ids[job], placement, "running" if o.state == JOB_RUNNING else "released")
+
+    def _first_free(self, o: JobObs) -> Placement | None:
+        out = []
+        for name in o.nodes:
+            i = self.node_index.get(name)
+            if i is None:
+                return None
+            free = np.flatnonzero(self.state.gpu_left[i] == MILLI)[: o.gpus_per_node]
+            if free.size < o.gpus_per_node:
+                return None
+            out.append((i, tuple(int(g) for g in free), o.cpus * MILLI // max(len(o.nodes), 1), 0))
+        return tuple(out)
+
+    def _fits(self, placement: Placement) -> bool:
+        state = self.state
+        return all(all(state.gpu_left[n, g] >= MILLI for g in gpus) for n, gpus, _, _ in placement)
+
+    def _hold(self, job: int, target: Target) -> None:
+        for node, gpus, cpu, mem in target.placement:
+            self.state.allocate(node, gpus, target.share_milli, cpu, mem)
+        self.targets[job] = target
+        self.status[job] = STATUS_RUNNING
+        if math.isnan(self.start_s[job]):
+            self.start_s[job] = self.now
+        self.hold_since[job] = self.now
+        self.held_gpus[job] = target.num_gpus
+        self.idle_since[[n for n, *_ in target.placement]] = math.inf
+
+    def _release(self, job: int) -> Target:
+        target = self.targets.pop(job)
+        for node, gpus, cpu, mem in target.placement:
+            self.state.release(node, gpus, target.share_milli, cpu, mem)
+        held = self.now - self.hold_since[job]
+        self.attained_gpu_s[job] += held * self.held_gpus[job]
+        self.executed_s[job] += held
+        self.held_gpus[job] = 0
+        self.phase[job] = PHASE_RELEASED
+        self.last_placement[job] = target.placement
+        busy = {n for t in self.targets.values() for n, *_ in t.placement}
+        for node, *_ in target.placement:
+            if node not in busy:
+                self.idle_since[node] = self.now
+        return target
+
+    def _finish(self, job: int, changes: Changes) -> None:
+        self._release(job)
+        self.status[job] = STATUS_DONE
+        self.end_s[job] = self.now
+        self.store.mark(self.ids[job], "finished")
+        changes.finished.append(job)
+
+    # ----- decisions ----------------------------------------------------------------------------------------
+    def pending(self) -> Iterator[int]:
+        waiting = self.pending_array()
+        if self.deferred:
+            waiting = waiting[~np.isin(waiting, list(self.deferred))]
+        order = np.lexsort((waiting, self._priority[waiting]))
+        for j in waiting[order].tolist():
+            if self.status[j] == STATUS_PENDING:  # a job started earlier in this pass is skipped
+                yield j
+
+    def pending_array(self) -> np.ndarray:
+        return np.flatnonzero(self.status == STATUS_PENDING)
+
+    def due_timers(self) -> list[WakeCallback]:
+        due = []
+        while self._timers and self._timers[0][0] <= self.now + 1e-9:
+            due.append(heapq.heappop(self._timers)[2])
+        return due
+
+    def schedule(self, time: float, callback: WakeCallback) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (float(time), self._timer_seq, callback))
+
+    def decide(self) -> None:
+        self.scheduler.decide(self.view, self.actions)
+
+    def flush(self) -> int:
+        """Let go of the jobs the last pass started, in one batch; a job the cluster manager refused goes back to
+        the queue (retried at the next decision). Returns how many were let go."""
+        if not self.outbox:
+            return 0
+        batch, self.outbox = self.outbox, []
+        failed = self.backend.start_many([(self.ids[j], nodes) for j, nodes, _ in batch])
+        for job, _, setting in batch:
+            job_id = self.ids[job]
+            if job_id in failed:
+                log.warning(
+                    "start of job %s failed, retried at the next decision: %s", job_id, failed[job_id]
+                )
+                self._release(job)
+                self.status[job] = STATUS_PENDING
+                self.start_s[job] = np.nan
+                self.store.mark(job_id, "waiting")
+                continue
+            self.store.mark(job_id, "released")
+            if setting != DEFAULT_SETTING:
+                self.actions.apply_setting(job, setting)
+        return len(batch) - len(failed)
+
+
+class LiveView:
+    """The live ``ClusterView``: the mirror's arrays, read-only by contract."""
+
+    def __init__(self, cluster: LiveCluster):
+        self._c = cluster
+
+    @property
+    def now(self) -> float:
+        return self._c.now
+
+    @property
+    def spec(self) -> ClusterSpec:
+        return self._c.spec
+
+    @property
+    def jobs(self) -> JobTable:
+        return self._c.jobs
+
+    @property
+    def state(self) -> ClusterState:
+        return self._c.state
+
+    @property
+    def node_rank(self) -> np.ndarray:
+        return self._c.node_rank
+
+    @property
+    def perf(self):
+        return self._c.perf
+
+    @property
+    def status(self) -> np.ndarray:
+        return self._c.status
+
+    @property
+    def phase(self) -> np.ndarray:
+        return self._c.phase
+
+    @property
+    def queue_length(self) -> int:
+        return int((self._c.status == STATUS_PENDING).sum()) - len(self._c.deferred)
+
+    def pending(self) -> Iterator[int]:
+        return self._c.pending()
+
+    def pending_jobs(self) -> np.ndarray:
+        return self._c.pending_array()
+
+    def deferred_jobs(self) -> np.ndarray:
+        return np.sort(np.fromiter(self._c.deferred, dtype=np.int64, count=len(self._c.deferred)))
+
+    def running_jobs(self) -> np.ndarray:
+        return np.fromiter(self._c.targets, dtype=np.int64, count=len(self._c.targets))
+
+    @property
+    def keep_free_gpus(self) -> float:
+        return self._c.keep_free_gpus
+
+    def request(self, job: int) -> JobRequest:
+        return self._c.book.request(job)
+
+    def request_class(self, job: int) -> int:
+        return int(self._c.book.request_class[job])
+
+    def target(self, job: int) -> Target | None:
+        return self._c.targets.get(job)
+
+    def previous_placement(self, job: int) -> Placement | None:
+        return self._c.last_placement.get(job)
+
+    # Work is measured in seconds of the job's wall-time limit: the only duration a live user states.
+    def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
+        jobs = np.asarray(jobs, dtype=np.int64)
+        return np.maximum(self._c.jobs.duration_s[jobs] - self.executed_seconds(jobs), 0.0)
+
+    def rate(self, jobs: np.ndarray) -> np.ndarray:
+        jobs = np.asarray(jobs, dtype=np.int64)
+        return (self._c.phase[jobs] == PHASE_RUNNING).astype(np.float64)
+
+    def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray:
+        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
+        return c.attained_gpu_s[jobs] + c.held_gpus[jobs] * np.where(
+            c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0
+        )
+
+    def executed_seconds(self, jobs: np.ndarray) -> np.ndarray:
+        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
+        return c.executed_s[jobs] + np.where(c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0)
+
+    def last_stop_s(self, jobs: np.ndarray) -> np.ndarray:
+        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
+        return np.where(np.isnan(c.start_s[jobs]), c.jobs.submit_s[jobs], c.hold_since[jobs])
+
+    def estimated_end(self, jobs: np.ndarray) -> np.ndarray:
+        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
+        limit = c.jobs.duration_s[jobs]
+        return np.where(limit > 0, c.hold_since[jobs] + self.remaining_work(jobs), math.inf)
+
+    def next_checkpoint_s(self, job: int) -> float:
+        return math.inf  # unknown live: a preempted job restarts from its own checkpoints, if it has any
+
+    def restart_delay_s(self, job: int, target: Target) -> float:
+        return 0.0
+
+    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
+        running = self.running_jobs()
+        jobs = self._c.jobs
+        return self.estimated_end(running), jobs.num_gpu[running] * jobs.gpu_milli[running] / 1000.0
+
+    def free_gpus_total(self) -> int:
+        state = self._c.state
+        return int(state.free_gpus[state.available].sum())
+
+    @property
+    def power_state(self) -> np.ndarray:
+        return self._c.power_state
+
+    @property
+    def idle_since(self) -> np.ndarray:
+        return self._c.idle_since
+
+    def power_w(self) -> float:
+        raise WattschedError("live power is read from the node agents' metrics, not from the policy view")
+
+    def energy_used_j(self) -> float:
+        raise WattschedError("live energy is read from the node agents' metrics, not from the policy view")
+
+    def price_usd_per_mwh(self) -> float | None:
+        return None
+
+    def price_ahead_usd_per_mwh(self, hours: int) -> np.ndarray | None:
+        return None
+
+    def carbon_g_per_kwh(self) -> float | None:
+        return None
+
+    def next_arrival_s(self) -> float:
+        return math.inf  # live arrivals are not known in advance
+
+
+class LiveActions:
+    """The live ``Actions``: each one is checked against the mirror, then carried out through the backend. Starts
+    are collected and let go in one batch after the pass (the pass itself makes no cluster-manager call); other
+    actions are carried out at once. A backend failure is logged with its command and leaves the mirror as it was
+    (the next decision retries)."""
+
+    def __init__(self, cluster: LiveCluster, by: str):
+        self._c = cluster
+        self._by = by
+
+    def _invalid(self, job: int | None, message: str) -> InvalidDecision:
+        return InvalidDecision(self._by, None if job is None else self._c.ids[job], message)
+
+    def start(self, job: int, target: Target) -> None:
+        c = self._c
+        if c.status[job] != STATUS_PENDING or job in c.targets:
+            raise self._invalid(job, "start of a job that is not waiting")
+        o = c.obs[job]
+        nodes = [str(c.spec.node_names[n]) for n, *_ in target.placement]
+        if len(nodes) != o.num_nodes or any(len(g) != o.gpus_per_node for _, g, _, _ in target.placement):
+            # The cluster manager runs the job in the shape it was submitted with: so many GPUs on each node.
+            if job not in c.misshaped:
+                c.misshaped.add(job)
+                log.warning(
+                    "job %s asks for %d node(s) x %d GPU(s); placement %s does not have that shape: left waiting",
+                    o.job_id, o.num_nodes, o.gpus_per_node, _describe(c, target.placement),
+                )  # fmt: skip
+            return
+        if not c._fits(target.placement):
+            raise self._invalid(job, f"placement {_describe(c, target.placement)} is not free")
+        c.store.record_start(o.job_id, target.placement, "starting")  # before the call: no double start
+        c._hold(job, target)
+        c.phase[job] = PHASE_RELEASED  # running once the cluster manager says so
+        c.outbox.append(
+            (job, nodes, target.setting)
+        )  # let go after the pass, in one batch (LiveCluster.flush)
+
+    def stop(self, job: int, save: bool = False) -> None:
+        c = self._c
+        if job not in c.targets:
+            raise self._invalid(job, "stop of a job that holds nothing")
+        try:
+            c.backend.requeue(c.ids[job])
+        except BackendError as exc:
+            log.warning("requeue of job %s failed: %s", c.ids[job], exc)
+            return
+        c._release(job)
+        c.status[job] = STATUS_PENDING
+        c.store.mark(c.ids[job], "requeued")
+
+    def move(self, job: int, target: Target) -> None:
+        # A live job changes nodes or size only through a requeue; it is placed again by the next decision.
+        self.stop(job)
+
+    def move_many(self, targets: Mapping[int, Target]) -> None:
+        for job in targets:
+            self.stop(job)
+
+    def retune(self, job: int, setting: GpuSetting) -> None:
+        c = self._c
+        if job not in c.targets:
+            raise self._invalid(job, "retune of a job that holds nothing")
+        old = c.targets[job]
+        c.targets[job] = Target(old.placement, old.share_milli, setting)
+        self.apply_setting(job, setting)
+
+    def apply_setting(self, job: int, setting: GpuSetting) -> None:
+        c = self._c
+        nodes = [str(c.spec.node_names[n]) for n, *_ in c.targets[job].placement]
+        try:
+            c.backend.set_gpu_setting(c.ids[job], nodes, setting)
+        except BackendError as exc:
+            log.warning("GPU setting of job %s not applied: %s", c.ids[job], exc)
+
+    def reject(self, job: int) -> None:
+        c = self._c
+        try:
+            c.backend.cancel(c.ids[job])
+        except BackendError as exc:
+            log.warning("cancel of job %s failed: %s", c.ids[job], exc)
+            return
+        c.status[job] = STATUS_DROPPED
+        c.store.mark(c.ids[job], "rejected")
+
+    def defer(self, job: int, deferred: bool = True) -> None:
+        (self._c.deferred.add if deferred else self._c.deferred.discard)(job)
+
+    def keep_free(self, gpus: float) -> None:
+        self._c.keep_free_gpus = float(gpus)
+
+    def power_on(self, nodes: Iterable[int]) -> None:
+        self._power(nodes, self._c.backend.power_up)
+
+    def power_off(self, nodes: Iterable[int]) -> None:
+        self._power(nodes, self._c.backend.power_down)
+
+    def _power(self, nodes: Iterable[int], call) -> None:
+        names = [str(self._c.spec.node_names[n]) for n in nodes]
+        if names:
+            try:
+                call(names)
+            except BackendError as exc:
+                log.warning("power change of %s failed: %s", ",".join(names), exc)
+
+    def wake_at(self, time: float, callback: WakeCallback) -> None:
+        self._c.schedule(time, callback)
+
+    def decide_after_events(self) -> None:
+        self._c.decide_requested = True
+
+
+def _describe(c: LiveCluster, placement: Placement) -> str:
+    return ";".join(f"{c.spec.node_names[n]}:{','.join(map(str, g))}" for n, g, _, _ in placement)

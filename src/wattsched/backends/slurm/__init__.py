@@ -1,0 +1,1 @@
+"""Live Slurm backend: the adapter and a local test Slurm (testbed.py)."""

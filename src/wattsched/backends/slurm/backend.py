@@ -1,0 +1,304 @@
+"""Slurm as a live backend: observe with ``sinfo --json`` and ``squeue --json``, act with ``scontrol``.
+
+Facts this relies on (Debian slurm-wlm 22.05, OpenAPI data v0.0.38; docs/live-slurm.md §4):
+
+* ``sinfo --json`` lists ``nodes`` with ``name``, ``state`` (idle, mixed, allocated, down, ...), ``state_flags``
+  (``POWERED_DOWN``, ``POWERING_UP``, ``POWERING_DOWN``, ``DRAIN``, ``NOT_RESPONDING``, ...), ``cpus``,
+  ``real_memory`` (MB) and ``gres`` (``gpu:a100:4``, possibly with a ``(S:0)`` socket suffix);
+* ``squeue --json`` lists ``jobs`` with ``job_id``, ``name``, ``job_state``, ``state_reason`` (``JobHeldUser`` or
+  ``JobHeldAdmin`` for a held job), ``nodes`` (the allocated host list, e.g. ``gpu[1-2]``), ``required_nodes``,
+  ``node_count``, ``tres_per_node`` (``gres:gpu:a100:2``), ``cpus``, ``memory_per_node``, ``submit_time``
+  (epoch s) and ``time_limit`` (minutes);
+* a held job is started where wattsched places it by ``scontrol update jobid=N nodelist=...`` then
+  ``scontrol release N``; ``scontrol requeuehold N`` puts a running job back, held; nodes change power with
+  ``scontrol update nodename=... state=power_up|power_down``.
+
+Every command is an argument list (never a shell string) and is retried; a failure or unreadable output raises
+:class:`~..base.BackendError` naming the command and the tail of its stderr. An unreadable record inside readable
+JSON is skipped and reported in ``Observation.warnings``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ...energy.dvfs import GpuSetting
+from ..base import (
+    JOB_FINISHED,
+    JOB_RUNNING,
+    JOB_STARTING,
+    JOB_WAITING,
+    NODE_OFF,
+    NODE_ON,
+    NODE_POWERING_DOWN,
+    NODE_POWERING_UP,
+    NODE_UNAVAILABLE,
+    BackendError,
+    JobObs,
+    NodeObs,
+    Observation,
+)
+
+log = logging.getLogger("wattsched.slurm")
+
+Runner = Callable[[Sequence[str]], str]  # argv -> stdout; raises BackendError
+
+HELD_REASONS = {"JobHeldUser", "JobHeldAdmin"}
+_FINISHED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+             "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"}  # fmt: skip
+_RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
+_UNAVAILABLE_FLAGS = {"DRAIN", "DRAINED", "DRAINING", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "RESERVED"}
+
+
+def subprocess_runner(env: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> Runner:
+    """Run a command with an argument list; stdout, or a BackendError with the command and stderr tail."""
+    full_env = {**os.environ, **(env or {})}
+
+    def run(argv: Sequence[str]) -> str:
+        try:
+            done = subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=timeout_s, env=full_env, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendError(f"`{' '.join(argv)}` could not run: {exc}") from None
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise BackendError(f"`{' '.join(argv)}` exited {done.returncode}: {' | '.join(tail)}")
+        return done.stdout
+
+    return run
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm host list syntax: ``gpu[1-3,5],cpu01`` -> gpu1, gpu2, gpu3, gpu5, cpu01 (zero padding kept)."""
+    out: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[\]]+)\[([^\]]+)\]|([^,\[\]]+)", text or ""):
+        if plain:
+            out.append(plain.strip())
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for k in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{prefix}{k:0{width}d}")
+    return [h for h in out if h]
+
+
+def parse_gres(text: str) -> tuple[str, int]:
+    """(GPU type, count) of a gres/tres string such as ``gres:gpu:a100:2`` or ``gpu:4(S:0)``; ("", 0) without GPUs."""
+    for item in (text or "").split(","):
+        parts = re.sub(r"\(.*?\)", "", item).strip().removeprefix("gres:").removeprefix("gres/").split(":")
+        if parts[0] != "gpu":
+            continue
+        if len(parts) == 2 and parts[1].isdigit():
+            return "", int(parts[1])
+        if len(parts) >= 3 and parts[-1].isdigit():
+            return parts[1], int(parts[-1])
+        if len(parts) == 2:
+            return parts[1], 1
+        return "", 1
+    return "", 0
+
+
+def _number(value: Any, default: float) -> float:
+    """A v0.0.38 number, or a later version's ``{"set", "infinite", "number"}`` object."""
+    if isinstance(value, dict):
+        if value.get("infinite"):
+            return math.inf
+        if not value.get("set", True):
+            return default
+        value = value.get("number", default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _state(value: Any) -> str:
+    if isinstance(value, list):  # later versions give a list of flags
+        return str(value[0]) if value else ""
+    return str(value or "")
+
+
+def node_obs(raw: Mapping[str, Any]) -> NodeObs:
+    flags = {str(f).upper() for f in raw.get("state_flags") or []}
+    state = _state(raw.get("state")).upper()
+    flags |= set(state.split("+")[1:])
+    base = state.split("+")[0]
+    if "POWERED_DOWN" in flags:
+        power = NODE_POWERING_UP if "POWERING_UP" in flags else NODE_OFF
+    elif "POWERING_DOWN" in flags:
+        power = NODE_POWERING_DOWN
+    elif "POWERING_UP" in flags:
+        power = NODE_POWERING_UP
+    elif base in ("DOWN", "FUTURE", "UNKNOWN") or flags & _UNAVAILABLE_FLAGS:
+        power = NODE_UNAVAILABLE
+    else:
+        power = NODE_ON
+    model, gpus = parse_gres(str(raw.get("gres") or ""))
+    return NodeObs(
+        name=str(raw["name"]),
+        gpus=gpus,
+        gpu_model=model,
+        cpus=int(_number(raw.get("cpus"), 0)),
+        memory_mib=int(_number(raw.get("real_memory"), 0)),
+        power=power,
+    )
+
+
+def job_obs(raw: Mapping[str, Any]) -> JobObs:
+    state = _state(raw.get("job_state")).upper()
+    reason = str(raw.get("state_reason") or "")
+    held = state == "PENDING" and reason in HELD_REASONS
+    nodes: tuple[str, ...] = ()
+    if state in _FINISHED:
+        kind = JOB_FINISHED
+    elif state in _RUNNING:
+        kind = JOB_RUNNING
+        nodes = tuple(expand_hostlist(str(raw.get("nodes") or "")))
+    elif state == "PENDING":
+        kind = JOB_WAITING if held else JOB_STARTING
+        nodes = tuple(expand_hostlist(str(raw.get("required_nodes") or ""))) if not held else ()
+    else:
+        raise ValueError(f"unknown job_state {state!r}")
+    model, per_node = parse_gres(str(raw.get("tres_per_node") or ""))
+    num_nodes = max(int(_number(raw.get("node_count"), 1)), 1)
+    limit_min = _number(raw.get("time_limit"), math.inf)
+    return JobObs(
+        job_id=str(raw["job_id"]),
+        name=str(raw.get("name") or ""),
+        state=kind,
+        num_nodes=num_nodes,
+        gpus_per_node=per_node,
+        gpu_model=model,
+        cpus=int(_number(raw.get("cpus"), 0)),
+        memory_mib=int(_number(raw.get("memory_per_node"), 0)),
+        submit_s=_number(raw.get("submit_time"), time.time()),
+        time_limit_s=limit_min * 60.0,
+        nodes=nodes,
+        held=held,
+    )
+
+
+class SlurmBackend:
+    """A Slurm partition (or the whole cluster) as a ``ClusterBackend``."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        runner: Runner | None = None,
+        partition: str | None = None,
+        retries: int = 3,
+        retry_wait_s: float = 0.5,
+        agent: Callable[[str, Sequence[str], GpuSetting], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.runner = runner or subprocess_runner()
+        self.partition = partition
+        self.retries = max(int(retries), 1)
+        self.retry_wait_s = float(retry_wait_s)
+        self.agent = agent
+        self.clock = clock
+        self.calls = 0  # commands run (metrics)
+        self.failures = 0  # commands that failed after every retry
+
+    def _run(self, argv: Sequence[str]) -> str:
+        last: BackendError | None = None
+        for attempt in range(self.retries):
+            self.calls += 1
+            try:
+                return self.runner(argv)
+            except BackendError as exc:
+                last = exc
+                log.warning("attempt %d of %d: %s", attempt + 1, self.retries, exc)
+                if attempt + 1 < self.retries:
+                    time.sleep(self.retry_wait_s * (attempt + 1))
+        self.failures += 1
+        assert last is not None
+        raise last
+
+    def _json(self, argv: Sequence[str], key: str) -> list[Mapping[str, Any]]:
+        out = self._run(argv)
+        try:
+            doc = json.loads(out)
+            records = doc[key]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            head = out.strip().replace("\n", " ")[:120]
+            raise BackendError(f"`{' '.join(argv)}` printed unreadable JSON ({exc}): {head!r}") from None
+        if not isinstance(records, list):
+            raise BackendError(f"`{' '.join(argv)}`: '{key}' is not a list")
+        return records
+
+    def observe(self) -> Observation:
+        part = ["--partition", self.partition] if self.partition else []
+        now = self.clock()
+        warnings: list[str] = []
+        nodes = self._records(self._json(["sinfo", "--json", *part], "nodes"), node_obs, "sinfo", warnings)
+        # A node in several partitions is listed once per partition.
+        nodes = list({n.name: n for n in nodes}.values())
+        jobs = self._records(self._json(["squeue", "--json", *part], "jobs"), job_obs, "squeue", warnings)
+        return Observation(now, tuple(nodes), tuple(jobs), tuple(warnings))
+
+    @staticmethod
+    def _records(raw: list, parse, what: str, warnings: list[str]) -> list:
+        out = []
+        for r in raw:
+            try:
+                out.append(parse(r))
+            except (KeyError, ValueError, TypeError, AttributeError) as exc:
+                ident = r.get("job_id", r.get("name", "?")) if isinstance(r, dict) else "?"
+                msg = f"{what} --json: record {ident} skipped ({type(exc).__name__}: {exc})"
+                log.warning(msg)
+                warnings.append(msg)
+        return out
+
+    def start_many(self, starts: Sequence[tuple[str, Sequence[str]]]) -> dict[str, BackendError]:
+        """Pin each job to its nodes, then release them all with one ``scontrol release`` (per job if that fails)."""
+        failed: dict[str, BackendError] = {}
+        pinned = []
+        for job_id, nodes in starts:
+            try:
+                self._run(["scontrol", "update", f"jobid={job_id}", f"nodelist={','.join(nodes)}"])
+                pinned.append(job_id)
+            except BackendError as exc:
+                failed[job_id] = exc
+        if not pinned:
+            return failed
+        try:
+            self._run(["scontrol", "release", ",".join(pinned)])
+        except BackendError:
+            for job_id in pinned:  # find the one(s) Slurm refuses
+                try:
+                    self._run(["scontrol", "release", job_id])
+                except BackendError as exc:
+                    failed[job_id] = exc
+        return failed
+
+    def requeue(self, job_id: str) -> None:
+        self._run(["scontrol", "requeuehold", job_id])
+
+    def cancel(self, job_id: str) -> None:
+        self._run(["scancel", job_id])
+
+    def power_up(self, nodes: Sequence[str]) -> None:
+        self._run(["scontrol", "update", f"nodename={','.join(nodes)}", "state=power_up"])
+
+    def power_down(self, nodes: Sequence[str]) -> None:
+        self._run(["scontrol", "update", f"nodename={','.join(nodes)}", "state=power_down"])
+
+    def set_gpu_setting(self, job_id: str, nodes: Sequence[str], setting: GpuSetting) -> None:
+        # Slurm stores --gpu-freq but does not apply it without its NVML plugin: the node agent does.
+        if self.agent is None:
+            raise BackendError(
+                f"job {job_id}: no node agent configured (--agent-url), GPU setting not applied"
+            )
+        self.agent(job_id, nodes, setting)

@@ -1,0 +1,88 @@
+"""`wattsched serve slurm`: the scheduler running live on a Slurm cluster (docs/live-slurm.md §1)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import console, user_errors
+
+serve_app = typer.Typer(help="Run the scheduler live on a cluster manager.", no_args_is_help=True)
+
+
+def _type_map(values: list[str]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        name, sep, model = v.partition("=")
+        if not sep or not name or not model:
+            raise typer.BadParameter(
+                f"--gpu-type-map: expected SLURM_TYPE=MODEL (e.g. rtx3090=A10), got {v!r}"
+            )
+        out[name] = model
+    return out
+
+
+@serve_app.command("slurm")
+def slurm(
+    queue: Annotated[str, typer.Option(help="queue policy (wattsched policies)")] = "fifo",
+    placement: Annotated[str, typer.Option(help="placement policy, e.g. best-fit, fgd, pwr_200_fgd_800")] = (
+        "best-fit"
+    ),
+    allocation: Annotated[
+        str | None, typer.Option(help="an allocation policy instead of --queue/--placement")
+    ] = None,
+    round_s: Annotated[float | None, typer.Option(help="allocation policy round (s)")] = None,
+    partition: Annotated[
+        str | None, typer.Option(help="only this partition (default: every node and job)")
+    ] = None,
+    interval: Annotated[float, typer.Option(help="seconds between observations", min=0.05)] = 1.0,
+    state_db: Annotated[Path, typer.Option(help="wattsched's job record (sqlite)")] = Path(
+        "wattsched-slurm.sqlite"
+    ),
+    metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port (0: none)", min=0)] = 9401,
+    metrics_address: Annotated[str, typer.Option(help="address /metrics listens on")] = "127.0.0.1",
+    power: Annotated[
+        str, typer.Option(help="who powers nodes: slurm (its SuspendTime; jobs wake nodes) or none")
+    ] = "slurm",
+    gpu_type_map: Annotated[
+        list[str] | None, typer.Option(help="SLURM_TYPE=MODEL for GPU types not in the catalog (repeatable)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the policies' tie-break order (as in simulate)")] = 42,
+    max_steps: Annotated[int | None, typer.Option(help="stop after this many observations (tests)")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """Place Slurm jobs submitted held (sbatch --hold) with wattsched's policies: observe with sinfo/squeue --json,
+    start with scontrol update nodelist= + scontrol release."""
+    from ..backends.driver import LiveDriver, LiveMetrics
+    from ..backends.slurm.backend import SlurmBackend
+    from ..backends.store import JobStore
+    from ..experiments.config import SimulationConfig
+    from ..experiments.run import build_scheduler
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with user_errors():
+        if power not in ("slurm", "none"):
+            raise typer.BadParameter(f"--power: slurm or none, got {power!r}")
+        cfg = SimulationConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
+        scheduler = build_scheduler(cfg, None)
+        metrics = LiveMetrics()
+        driver = LiveDriver(
+            SlurmBackend(partition=partition), scheduler, JobStore(state_db), seed=seed,
+            slurm_powers_nodes=power == "slurm", gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics,
+        )  # fmt: skip
+        if metrics_port:
+            metrics.serve(metrics_port, metrics_address)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        where = f", metrics on http://{metrics_address}:{metrics_port}/metrics" if metrics_port else ""
+        console.print(
+            f"wattsched serving Slurm with {scheduler.name} every {interval:g} s{where}", highlight=False
+        )
+        driver.run(interval, stop, max_steps)
+        driver.store.close()

@@ -1,0 +1,158 @@
+"""wattsched's live Slurm backend on a real local Slurm (no mocks): placements match the simulator's, gangs, a
+powered-down node woken by its job, restarts of slurmctld and of wattsched, unreadable output and failed calls.
+
+Jobs are submitted held (``sbatch --hold``) and placed by the same policy objects the simulator runs. Each test
+cancels what it submitted and leaves every node idle and powered up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.live.test_local_slurm import job, poll
+from wattsched.backends.driver import LiveDriver
+from wattsched.backends.simcheck import compare
+from wattsched.backends.slurm.backend import BackendError, SlurmBackend, expand_hostlist, subprocess_runner
+from wattsched.backends.slurm.testbed import LocalSlurm
+from wattsched.backends.store import JobStore
+from wattsched.experiments.config import SimulationConfig
+from wattsched.experiments.run import build_scheduler
+
+pytestmark = pytest.mark.slurm
+
+# (GPUs per node, seconds, nodes): a few dozen seconds of sleep payloads whose completions are >= 2 s apart in the
+# simulator, so that polling every 0.25 s sees them one at a time, as the simulator does.
+SCRIPT = [(2, 12, 1), (1, 32, 1), (4, 8, 1), (3, 42, 1), (2, 18, 1), (4, 10, 2),
+          (1, 24, 1), (2, 14, 1), (3, 6, 1), (1, 10, 1), (2, 8, 1), (4, 6, 1)]  # fmt: skip
+
+
+def submit(slurm: LocalSlurm, gpus: int, seconds: float, nodes: int = 1, payload: str = "") -> str:
+    cmd = payload or f"sleep {seconds:g}"
+    out = slurm.run(["sbatch", "--parsable", "--hold", f"-N{nodes}", f"--gres=gpu:a100:{gpus}", "--time=5",
+                     "--wrap", cmd]).stdout  # fmt: skip
+    return out.strip().split(";")[0]
+
+
+def driver_for(slurm: LocalSlurm, placement: str, store: JobStore, runner=None) -> LiveDriver:
+    backend = SlurmBackend(runner=runner or subprocess_runner(env=slurm.env), retry_wait_s=0.2)
+    cfg = SimulationConfig(queue="fifo", placement=placement)
+    return LiveDriver(backend, build_scheduler(cfg, None), store)
+
+
+def serve_until(driver: LiveDriver, done: Callable[[], bool], timeout: float, interval: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"jobs not finished after {timeout:.0f} s")
+        driver.step()
+        time.sleep(interval)
+
+
+def finished(slurm: LocalSlurm, ids: Sequence[str]) -> Callable[[], bool]:
+    def check() -> bool:
+        states = {str(j["job_id"]): j["job_state"] for j in slurm.json(["squeue"])["jobs"]}
+        return all(states.get(i) in ("COMPLETED", "FAILED", "CANCELLED") for i in ids)
+
+    return check
+
+
+@pytest.fixture
+def cleanup(local_slurm):
+    submitted: list[str] = []
+    yield submitted
+    if submitted:
+        local_slurm.run(["scancel", *submitted], check=False)
+    local_slurm.run(["scontrol", "update", "nodename=gpu[1-3]", "state=power_up"], check=False)
+
+
+@pytest.mark.parametrize("placement", ["best-fit", "fgd"])
+def test_live_placements_and_start_order_match_the_simulator(local_slurm, cleanup, tmp_path, placement):
+    durations = {}
+    for gpus, seconds, nodes in SCRIPT:
+        job_id = submit(local_slurm, gpus, seconds, nodes)
+        cleanup.append(job_id)
+        durations[job_id] = float(seconds)
+    driver = driver_for(local_slurm, placement, JobStore(tmp_path / "state.sqlite"))
+    serve_until(driver, finished(local_slurm, list(durations)), timeout=150)
+    driver.step()  # the mirror sees the last completions
+    table = compare(driver, SimulationConfig(queue="fifo", placement=placement), durations)
+    assert table.same_nodes.all(), table.to_string()
+    assert table.same_rank.all(), table.to_string()
+    # where Slurm really ran them: the nodes the policy chose; the 2-node gang started on both at once
+    for row in table.itertuples():
+        record = job(local_slurm, row.job)
+        assert record["job_state"] == "COMPLETED"
+        assert ",".join(sorted(expand_hostlist(record["nodes"]))) == row.live_nodes
+    gang = table[table.gpus == 8].iloc[0]
+    assert len(gang.live_nodes.split(",")) == 2
+
+
+def test_a_job_sent_to_a_powered_down_node_wakes_it(local_slurm, cleanup, tmp_path):
+    local_slurm.run(["scontrol", "update", "nodename=gpu3", "state=power_down"])
+    poll("gpu3 powered down", lambda: "POWERED_DOWN" in local_slurm.node_states()["gpu3"][1], timeout=40)
+    ids = [submit(local_slurm, 4, 2) for _ in range(3)]  # three whole nodes: one has to be gpu3
+    cleanup.extend(ids)
+    driver = driver_for(local_slurm, "best-fit", JobStore(tmp_path / "state.sqlite"))
+    serve_until(driver, finished(local_slurm, ids), timeout=90)
+    assert {job(local_slurm, i)["nodes"] for i in ids} == {"gpu1", "gpu2", "gpu3"}
+    assert all(job(local_slurm, i)["job_state"] == "COMPLETED" for i in ids)
+
+
+def test_restarts_of_slurmctld_and_of_wattsched_lose_no_job_and_start_none_twice(
+    local_slurm, cleanup, tmp_path
+):
+    """Five rounds; in each, slurmctld and then wattsched are killed and started again mid-run. Every job writes
+    one line per run to its own file: exactly one line each means no job was lost or started twice."""
+    out = Path(local_slurm.jobs_dir)
+    db = tmp_path / "state.sqlite"
+    for round_ in range(5):
+        ids = [submit(local_slurm, g, 0, payload=f"echo run >> {out}/run-{round_}-$SLURM_JOB_ID; sleep {s}")
+               for g, s in [(2, 3), (4, 2), (1, 4), (3, 2), (2, 2), (4, 3)]]  # fmt: skip
+        cleanup.extend(ids)
+        driver = driver_for(local_slurm, "best-fit", JobStore(db))
+        for _ in range(6):
+            driver.step()
+            time.sleep(0.25)
+        local_slurm.stop_slurmctld()
+        quick = SlurmBackend(runner=subprocess_runner(env=local_slurm.env, timeout_s=5), retries=1)
+        with pytest.raises(BackendError):  # what the loop logs and retries while the controller is down
+            quick.observe()
+        local_slurm.start_slurmctld()
+        driver.store.close()
+        driver = driver_for(local_slurm, "best-fit", JobStore(db))  # a new wattsched, the same record
+        serve_until(driver, finished(local_slurm, ids), timeout=60)
+        for i in ids:
+            assert job(local_slurm, i)["job_state"] == "COMPLETED", i
+            assert (out / f"run-{round_}-{i}").read_text().count("run") == 1, f"job {i} ran more than once"
+    assert max(JobStore(db).starts().values()) == 1
+
+
+def test_unreadable_json_and_failed_scontrol_are_logged_and_retried(local_slurm, cleanup, tmp_path, caplog):
+    real = subprocess_runner(env=local_slurm.env)
+    faults = {"squeue": 2, "scontrol update": 3}
+
+    def flaky(argv: Sequence[str]) -> str:
+        key = next((k for k in faults if " ".join(argv).startswith(k) and faults[k] > 0), None)
+        if key == "squeue":
+            faults[key] -= 1
+            return real(argv)[:100]  # cut short: not JSON
+        if key is not None:
+            faults[key] -= 1
+            raise BackendError(
+                f"`{' '.join(argv)}` exited 1: slurm_update error: Unable to contact slurm controller"
+            )
+        return real(argv)
+
+    ids = [submit(local_slurm, 2, 2) for _ in range(3)]
+    cleanup.extend(ids)
+    caplog.set_level(logging.WARNING)
+    driver = driver_for(local_slurm, "best-fit", JobStore(tmp_path / "state.sqlite"), runner=flaky)
+    serve_until(driver, finished(local_slurm, ids), timeout=60)
+    assert "squeue --json` printed unreadable JSON" in caplog.text
+    assert "scontrol update jobid=" in caplog.text and "retried at the next decision" in caplog.text
+    assert all(job(local_slurm, i)["job_state"] == "COMPLETED" for i in ids)

@@ -1,0 +1,149 @@
+"""The live backend contract on the in-memory Slurm front end: parsing, the mirror, batching, failures, restarts and
+the sim-to-live check (issue 12). The same flows on a real Slurm are in tests/live/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from wattsched.backends.base import JOB_RUNNING, JOB_STARTING, JOB_WAITING, NODE_OFF, NODE_ON, BackendError
+from wattsched.backends.driver import LiveDriver, LiveMetrics
+from wattsched.backends.simcheck import compare
+from wattsched.backends.slurm.backend import SlurmBackend, expand_hostlist, job_obs, node_obs, parse_gres
+from wattsched.backends.slurm.fake import FakeNode, FakeSlurm
+from wattsched.backends.store import JobStore
+from wattsched.experiments.config import SimulationConfig
+from wattsched.experiments.run import build_scheduler
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
+
+
+def _driver(fake: FakeSlurm, store: JobStore, placement: str = "best-fit", metrics=None) -> LiveDriver:
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    cfg = SimulationConfig(queue="fifo", placement=placement)
+    return LiveDriver(backend, build_scheduler(cfg, None), store, metrics=metrics)
+
+
+def _run(fake: FakeSlurm, driver: LiveDriver, seconds: int, step_s: float = 1.0) -> None:
+    for _ in range(int(seconds / step_s)):
+        fake.advance(fake.now + step_s)
+        driver.step()
+
+
+def test_recorded_slurm_json_parses():
+    nodes = [node_obs(n) for n in json.loads((FIXTURES / "sinfo_3nodes.json").read_text())["nodes"]]
+    assert [(n.name, n.gpus, n.gpu_model, n.cpus, n.memory_mib, n.power) for n in nodes] == [
+        (f"gpu{i}", 4, "a100", 8, 16000, NODE_ON) for i in (1, 2, 3)
+    ]
+    held, free = (
+        job_obs(j) for j in json.loads((FIXTURES / "squeue_held_and_gang.json").read_text())["jobs"]
+    )
+    assert (held.state, held.held, held.num_gpu, held.gpu_model, held.time_limit_s) == (
+        JOB_WAITING, True, 2, "a100", 300.0,
+    )  # fmt: skip
+    assert (free.state, free.held, free.num_nodes, free.gpus_per_node) == (JOB_STARTING, False, 2, 4)
+    assert free.time_limit_s == float("inf")
+
+
+def test_host_lists_gres_and_power_flags():
+    assert expand_hostlist("gpu[1-3,5],cpu01,node[08-10]") == [
+        "gpu1", "gpu2", "gpu3", "gpu5", "cpu01", "node08", "node09", "node10",
+    ]  # fmt: skip
+    assert parse_gres("gres:gpu:a100:2") == ("a100", 2)
+    assert parse_gres("gpu:4(S:0)") == ("", 4)
+    assert parse_gres("gpu:h100:8(S:0-1),shard:16") == ("h100", 8)
+    assert parse_gres("") == ("", 0)
+    raw = {
+        "name": "n1",
+        "state": "idle",
+        "state_flags": ["POWERED_DOWN"],
+        "cpus": 8,
+        "real_memory": 1,
+        "gres": "",
+    }
+    assert node_obs(raw).power == NODE_OFF
+    running = {"job_id": 7, "job_state": "RUNNING", "nodes": "gpu[1-2]", "node_count": 2,
+               "tres_per_node": "gres:gpu:4", "time_limit": {"set": True, "infinite": False, "number": 2}}  # fmt: skip
+    obs = job_obs(running)
+    assert (obs.state, obs.nodes, obs.time_limit_s) == (JOB_RUNNING, ("gpu1", "gpu2"), 120.0)
+
+
+def test_jobs_start_where_the_policy_places_them_once_each():
+    fake = FakeSlurm.uniform(3)
+    for g in (1, 2, 1, 4, 3, 2, 1, 1):
+        fake.submit(g, duration_s=20)
+    gang = fake.submit(4, num_nodes=2, duration_s=5)
+    driver = _driver(fake, JobStore(":memory:"))
+    _run(fake, driver, 90)
+    assert all(j.state == "COMPLETED" and j.releases == 1 for j in fake.jobs.values())
+    assert sorted(fake.jobs[int(gang)].nodes) == ["gpu2", "gpu3"]  # a 2-node gang, both nodes at once
+    # fifo: starts in submission order; the first decision packs gpu1 (best fit) and leaves the 4-GPU job gpu2
+    assert fake.order == sorted(fake.order)
+    assert fake.jobs[1].nodes == fake.jobs[2].nodes == fake.jobs[3].nodes == ["gpu1"]
+
+
+@pytest.mark.parametrize("placement", ["best-fit", "fgd"])
+def test_live_and_simulated_runs_place_and_start_alike(placement):
+    fake = FakeSlurm.uniform(3)
+    durations = {}
+    for k, (g, d, n) in enumerate([(1, 7, 1), (2, 13, 1), (4, 5, 1), (1, 11, 1), (3, 17, 1), (4, 4, 2),
+                                   (2, 9, 1), (1, 3, 1), (2, 6, 1), (1, 15, 1), (3, 8, 1), (1, 2, 1)]):  # fmt: skip
+        durations[fake.submit(g, num_nodes=n, duration_s=d, name=f"j{k}")] = float(d)
+    driver = _driver(fake, JobStore(":memory:"), placement)
+    _run(fake, driver, 120, step_s=0.5)
+    table = compare(driver, SimulationConfig(queue="fifo", placement=placement), durations)
+    assert table.same_nodes.all(), table.to_string()
+    assert table.same_rank.all(), table.to_string()
+
+
+def test_a_powered_down_node_is_woken_by_the_job_sent_there():
+    fake = FakeSlurm([FakeNode("gpu1", 4, powered=False)], resume_s=30)
+    job = fake.submit(2, duration_s=5)
+    driver = _driver(fake, JobStore(":memory:"))
+    _run(fake, driver, 10)
+    assert fake.jobs[int(job)].state == "PENDING" and fake.jobs[int(job)].required == ["gpu1"]
+    _run(fake, driver, 40)
+    assert fake.jobs[int(job)].state == "COMPLETED"
+
+
+def test_unreadable_output_and_failed_calls_are_logged_and_retried(caplog):
+    fake = FakeSlurm.uniform(1)
+    jobs = [fake.submit(1, duration_s=5) for _ in range(3)]
+    metrics = LiveMetrics()
+    driver = _driver(fake, JobStore(":memory:"), metrics=metrics)
+    fake.garble.append("squeue")  # a malformed squeue --json
+    # every retry of one pin fails: that start fails and is retried at the next decision
+    fake.fail.extend([(("scontrol", "update", f"jobid={jobs[1]}"), "Invalid node name specified")] * 3)
+    fake.fail.extend([(("scontrol", "release"), "Unable to contact slurm controller")] * 4)  # batch + per job
+    _run(fake, driver, 30)
+    assert "unreadable JSON" in caplog.text and "squeue --json" in caplog.text
+    assert "scontrol update jobid=" in caplog.text and "retried at the next decision" in caplog.text
+    assert all(fake.jobs[int(j)].state == "COMPLETED" and fake.jobs[int(j)].releases == 1 for j in jobs)
+    assert metrics.errors._value.get() >= 1
+
+
+def test_restarting_wattsched_mid_run_loses_no_job_and_starts_none_twice(tmp_path):
+    fake = FakeSlurm.uniform(2)
+    jobs = [fake.submit(g, duration_s=d) for g, d in [(2, 20), (4, 30), (1, 10), (3, 25), (2, 5), (4, 8)]]
+    db = tmp_path / "state.sqlite"
+    first = _driver(fake, JobStore(db))
+    _run(fake, first, 12)
+    first.store.close()
+    second = _driver(fake, JobStore(db))  # a new process: an empty mirror, the same record
+    _run(fake, second, 120)
+    assert all(fake.jobs[int(j)].state == "COMPLETED" and fake.jobs[int(j)].releases == 1 for j in jobs)
+    assert max(JobStore(db).starts().values()) == 1
+
+
+def test_backend_errors_name_the_command():
+    def broken(argv):
+        raise BackendError(
+            f"`{' '.join(argv)}` exited 1: slurm_load_jobs error: Unable to contact slurm controller"
+        )
+
+    backend = SlurmBackend(runner=broken, retries=2, retry_wait_s=0.0)
+    with pytest.raises(BackendError, match=r"(squeue|sinfo) --json"):
+        backend.observe()
+    assert backend.failures == 1 and backend.calls == 2
