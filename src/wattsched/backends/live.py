@@ -413,8 +413,14 @@ class LiveCluster:
         if not self.outbox:
             return 0
         batch, self.outbox = self.outbox, []
+        for job, nodes, setting in batch:  # on the job before it runs: its prolog applies it on each node
+            if setting != DEFAULT_SETTING:
+                try:
+                    self.backend.set_gpu_setting(self.ids[job], nodes, setting)
+                except BackendError as exc:
+                    log.warning("GPU setting of job %s not passed on: %s", self.ids[job], exc)
         failed = self.backend.start_many([(self.ids[j], nodes) for j, nodes, _ in batch])
-        for job, _, setting in batch:
+        for job, _, _ in batch:
             job_id = self.ids[job]
             if job_id in failed:
                 log.warning(
@@ -426,8 +432,6 @@ class LiveCluster:
                 self.store.mark(job_id, "waiting")
                 continue
             self.store.mark(job_id, "released")
-            if setting != DEFAULT_SETTING:
-                self.actions.apply_setting(job, setting)
         return len(batch) - len(failed)
 
 

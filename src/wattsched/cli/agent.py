@@ -44,3 +44,43 @@ def agent_command(
             print_error(f"could not restore: {failure}")
         raise typer.Exit(1)
     print("wattsched agent: GPU settings restored, stopped", flush=True)
+
+
+def agent_job_command(
+    phase: Annotated[str, typer.Argument(help="start (from the job's prolog) or end (from its epilog)")],
+    port: Annotated[int, typer.Option(help="the local agent's port")] = 9400,
+    comment: Annotated[
+        str | None,
+        typer.Option(help="the job's comment (default: read with scontrol show job $SLURM_JOB_ID)"),
+    ] = None,
+) -> None:
+    """Apply (start) or reset (end) the GPU setting wattsched chose for this job, on this node's GPUs, through the
+    local agent. Never fails the job: a problem is printed to stderr and the exit status is 0 (a failing Slurm
+    prolog would drain the node)."""
+    import os
+    import subprocess
+
+    from ..agent.client import AgentClient
+    from ..agent.jobs import apply_setting, decode_setting, job_gpus, reset_gpus
+    from ..core.errors import WattschedError
+    from ..energy.dvfs import DEFAULT_SETTING
+
+    if phase not in ("start", "end"):
+        raise typer.BadParameter(f"phase: start or end, got {phase!r}")
+    job = os.environ.get("SLURM_JOB_ID", "?")
+    try:
+        gpus = job_gpus()
+        client = AgentClient("127.0.0.1", port)
+        if phase == "end":
+            lines = reset_gpus(client, gpus)
+        else:
+            if comment is None:
+                shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
+                                       timeout=30, check=False).stdout  # fmt: skip
+                comment = next((t[len("Comment=") :] for t in shown.split() if t.startswith("Comment=")), "")
+            setting = decode_setting(comment)
+            lines = [] if setting == DEFAULT_SETTING else apply_setting(client, gpus, setting)
+        for line in lines:
+            print(f"wattsched agent-job {phase} {job}: {line}", flush=True)
+    except (WattschedError, OSError, subprocess.SubprocessError) as exc:
+        print_error(f"agent-job {phase} {job}: {exc}")

@@ -13,7 +13,7 @@ from ..experiments.config import SimulationConfig, resolve_config
 from ..experiments.run import run_simulation
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
-from .agent import agent_command
+from .agent import agent_command, agent_job_command
 from .common import console, progress_bar, user_errors
 from .data import data_app
 from .experiment import experiment_app
@@ -104,6 +104,7 @@ simulate = command_with_config_options(
 )
 app.command("simulate")(simulate)
 app.command("agent")(agent_command)
+app.command("agent-job")(agent_job_command)
 
 
 @app.command()

@@ -199,14 +199,12 @@ class SlurmBackend:
         partition: str | None = None,
         retries: int = 3,
         retry_wait_s: float = 0.5,
-        agent: Callable[[str, Sequence[str], GpuSetting], None] | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.runner = runner or subprocess_runner()
         self.partition = partition
         self.retries = max(int(retries), 1)
         self.retry_wait_s = float(retry_wait_s)
-        self.agent = agent
         self.clock = clock
         self.calls = 0  # commands run (metrics)
         self.failures = 0  # commands that failed after every retry
@@ -296,9 +294,9 @@ class SlurmBackend:
         self._run(["scontrol", "update", f"nodename={','.join(nodes)}", "state=power_down"])
 
     def set_gpu_setting(self, job_id: str, nodes: Sequence[str], setting: GpuSetting) -> None:
-        # Slurm stores --gpu-freq but does not apply it without its NVML plugin: the node agent does.
-        if self.agent is None:
-            raise BackendError(
-                f"job {job_id}: no node agent configured (--agent-url), GPU setting not applied"
-            )
-        self.agent(job_id, nodes, setting)
+        """Write the setting into the job's comment, where its prolog (``wattsched agent-job start``) reads it and
+        the node agent applies it (docs/agent.md §7): Slurm stores --gpu-freq but does not apply it without its
+        NVML plugin."""
+        from ...agent.jobs import encode_setting
+
+        self._run(["scontrol", "update", f"jobid={job_id}", f"comment={encode_setting(setting)}"])

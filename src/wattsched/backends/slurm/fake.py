@@ -43,6 +43,7 @@ class FakeJob:
     nodes: list[str] = field(default_factory=list)
     start_time: float | None = None
     released_at: float | None = None
+    comment: str = ""
     releases: int = 0  # how often it was let go: more than once without a requeue would be a double start
 
 
@@ -141,7 +142,7 @@ class FakeSlurm:
                 "nodes": ",".join(j.nodes), "required_nodes": ",".join(j.required), "node_count": j.num_nodes,
                 "tres_per_node": f"gres:gpu:{j.model}:{j.gpus_per_node}", "cpus": j.num_nodes,
                 "memory_per_node": None, "submit_time": int(j.submit_time), "time_limit": j.time_limit_min,
-                "partition": "main", "gres_detail": [],
+                "partition": "main", "gres_detail": [], "comment": j.comment,
             })  # fmt: skip
         return json.dumps({"jobs": jobs})
 
@@ -153,7 +154,9 @@ class FakeSlurm:
 
     def _scontrol(self, args: list[str]) -> str:
         verb = args[0]
-        if verb == "update" and args[1].startswith("jobid="):
+        if verb == "update" and args[1].startswith("jobid=") and args[2].startswith("comment="):
+            self._job(args[1].split("=", 1)[1]).comment = args[2].split("=", 1)[1]
+        elif verb == "update" and args[1].startswith("jobid="):
             job = self._job(args[1].split("=", 1)[1])
             nodes = expand_hostlist(args[2].split("=", 1)[1])
             if (
