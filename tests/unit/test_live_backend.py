@@ -147,3 +147,16 @@ def test_backend_errors_name_the_command():
     with pytest.raises(BackendError, match=r"(squeue|sinfo) --json"):
         backend.observe()
     assert backend.failures == 1 and backend.calls == 2
+
+
+def test_serve_check_writes_the_side_by_side_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from wattsched.cli.main import app
+
+    res = CliRunner().invoke(app, ["serve", "check", "--placement", "best-fit", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "identical placements and start order" in res.output
+    report = (tmp_path / "report.md").read_text()
+    assert "same nodes: 12/12; same start order: 12/12" in report and "Decision latency" in report
+    assert (tmp_path / "compare.csv").read_text().startswith("job,gpus,live_nodes,sim_nodes")

@@ -80,3 +80,31 @@ def _rank(start: np.ndarray) -> np.ndarray:
     started = ~np.isnan(start[order])
     rank[order[started]] = np.arange(int(started.sum()))
     return rank
+
+
+# A few dozen seconds of jobs (GPUs per node, seconds, nodes) on 3 nodes of 4 GPUs: completions >= 2 s apart in
+# the simulator, so that a live loop polling every 0.25 s sees them one at a time, as the simulator does.
+DEFAULT_SCRIPT = [ScriptedJob(g, s, n) for g, s, n in [
+    (2, 12, 1), (1, 32, 1), (4, 8, 1), (3, 42, 1), (2, 18, 1), (4, 10, 2),
+    (1, 24, 1), (2, 14, 1), (3, 6, 1), (1, 10, 1), (2, 8, 1), (4, 6, 1),
+]]  # fmt: skip
+
+
+def report(table: pd.DataFrame, latencies_s: list[float], title: str) -> str:
+    """Markdown: live and simulated placements and start order side by side, and the decision latency."""
+    lat = np.array(latencies_s) * 1e3 if latencies_s else np.zeros(1)
+    lines = [
+        f"# Sim-to-live check: {title}",
+        "",
+        f"{len(table)} jobs; same nodes: {int(table.same_nodes.sum())}/{len(table)}; same start order: "
+        f"{int(table.same_rank.sum())}/{len(table)}. Decision latency over {len(latencies_s)} decisions: p50 "
+        f"{np.percentile(lat, 50):.2f} ms, p99 {np.percentile(lat, 99):.2f} ms, max {lat.max():.2f} ms.",
+        "",
+        "| job | GPUs | live nodes | simulated nodes | live start | simulated start | same |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples():
+        same = "yes" if r.same_nodes and r.same_rank else "**no**"
+        lines.append(f"| {r.job} | {r.gpus} | {r.live_nodes} | {r.sim_nodes} | {r.live_start_rank} | "
+                     f"{r.sim_start_rank} | {same} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
