@@ -160,3 +160,27 @@ def test_serve_check_writes_the_side_by_side_report(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "same nodes: 12/12; same start order: 12/12" in report and "Decision latency" in report
     assert (tmp_path / "compare.csv").read_text().startswith("job,gpus,live_nodes,sim_nodes")
+
+
+def test_a_running_job_the_mirror_has_no_room_for_is_never_started_again(caplog):
+    from wattsched.backends.base import JobObs, NodeObs, Observation
+    from wattsched.backends.live import LiveCluster
+    from wattsched.core.states import STATUS_RUNNING
+
+    def obs(t: float) -> Observation:
+        node = NodeObs("gpu1", 4, "a100", 8, 16000, NODE_ON)
+        jobs = (JobObs("1", "a", JOB_RUNNING, 1, 4, "a100", 1, 0, 0.0, 600.0, ("gpu1",)),
+                JobObs("2", "b", JOB_RUNNING, 1, 2, "a100", 1, 0, 0.0, 600.0, ("gpu1",)))  # fmt: skip
+        return Observation(t, (node,), jobs)
+
+    calls = []
+    backend = SlurmBackend(runner=lambda argv: calls.append(argv) or "", retry_wait_s=0.0)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    cluster = LiveCluster(backend, sched, obs(0.0), JobStore(":memory:"))
+    for t in (1.0, 2.0, 3.0):
+        cluster.update(obs(t))
+        cluster.decide()
+        cluster.flush()
+    assert cluster.status[cluster.index["2"]] == STATUS_RUNNING and cluster.view.queue_length == 0
+    assert calls == []  # no scontrol: job 2 runs already
+    assert caplog.text.count("no room for it there") == 1

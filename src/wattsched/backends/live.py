@@ -162,9 +162,7 @@ class LiveCluster:
         self.last_placement: dict[int, Placement] = {}
         self.deferred: set[int] = set()
         self.misshaped: set[int] = set()  # placed in a shape the cluster manager cannot run (logged once)
-        self.unaccounted: set[int] = (
-            set()
-        )  # running or let go, but no room for it in the mirror (logged once)
+        self.unaccounted: set[int] = set()  # running or let go, no room for it in the mirror (logged once)
         self.keep_free_gpus = 0.0
         self.outbox: list[tuple[int, list[str], GpuSetting]] = []  # started by the pass, not yet let go
         self._timers: list[tuple[float, int, WakeCallback]] = []
@@ -323,10 +321,13 @@ class LiveCluster:
         if placement is None or not self._fits(placement):
             placement = self._first_free(o)
         if placement is None:
-            log.warning(
-                "job %s runs on %s but the mirror has no room for it there", o.job_id, ",".join(o.nodes)
-            )
+            if job not in self.unaccounted:
+                self.unaccounted.add(job)
+                log.warning("job %s is on %s but the mirror has no room for it there: not counted", o.job_id,
+                            ",".join(o.nodes))  # fmt: skip
+            self.status[job] = STATUS_RUNNING  # the cluster manager runs it: never ours to start again
             return
+        self.unaccounted.discard(job)
         self._hold(job, Target(placement))
         self.phase[job] = PHASE_RUNNING if o.state == JOB_RUNNING else PHASE_RELEASED
         self.store.record_start(self.ids[job], placement, "running" if o.state == JOB_RUNNING else "released")
