@@ -16,7 +16,7 @@ import pytest
 
 from tests.live.test_local_slurm import job, poll
 from wattsched.backends.driver import LiveDriver
-from wattsched.backends.simcheck import compare
+from wattsched.backends.simcheck import DEFAULT_SCRIPT, ScriptedJob, compare, sbatch_args
 from wattsched.backends.slurm.backend import BackendError, SlurmBackend, expand_hostlist, subprocess_runner
 from wattsched.backends.slurm.testbed import LocalSlurm
 from wattsched.backends.store import JobStore
@@ -25,16 +25,9 @@ from wattsched.experiments.run import build_scheduler
 
 pytestmark = pytest.mark.slurm
 
-# (GPUs per node, seconds, nodes): a few dozen seconds of sleep payloads whose completions are >= 2 s apart in the
-# simulator, so that polling every 0.25 s sees them one at a time, as the simulator does.
-SCRIPT = [(2, 12, 1), (1, 32, 1), (4, 8, 1), (3, 42, 1), (2, 18, 1), (4, 10, 2),
-          (1, 24, 1), (2, 14, 1), (3, 6, 1), (1, 10, 1), (2, 8, 1), (4, 6, 1)]  # fmt: skip
-
 
 def submit(slurm: LocalSlurm, gpus: int, seconds: float, nodes: int = 1, payload: str = "") -> str:
-    cmd = payload or f"sleep {seconds:g}"
-    out = slurm.run(["sbatch", "--parsable", "--hold", f"-N{nodes}", f"--gres=gpu:a100:{gpus}", "--time=5",
-                     "--wrap", cmd]).stdout  # fmt: skip
+    out = slurm.run(sbatch_args(ScriptedJob(gpus, seconds, nodes), payload or None)).stdout
     return out.strip().split(";")[0]
 
 
@@ -73,10 +66,10 @@ def cleanup(local_slurm):
 @pytest.mark.parametrize("placement", ["best-fit", "fgd"])
 def test_live_placements_and_start_order_match_the_simulator(local_slurm, cleanup, tmp_path, placement):
     durations = {}
-    for gpus, seconds, nodes in SCRIPT:
-        job_id = submit(local_slurm, gpus, seconds, nodes)
+    for j in DEFAULT_SCRIPT:  # completions >= 2 s apart in the simulator (backends/simcheck.py)
+        job_id = submit(local_slurm, j.gpus_per_node, j.duration_s, j.num_nodes)
         cleanup.append(job_id)
-        durations[job_id] = float(seconds)
+        durations[job_id] = j.duration_s
     driver = driver_for(local_slurm, placement, JobStore(tmp_path / "state.sqlite"))
     serve_until(driver, finished(local_slurm, list(durations)), timeout=150)
     driver.step()  # the mirror sees the last completions

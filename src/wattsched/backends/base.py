@@ -26,7 +26,6 @@ JOB_WAITING = "waiting"  # queued and held for wattsched to place
 JOB_STARTING = "starting"  # released by wattsched, not yet running in the cluster manager
 JOB_RUNNING = "running"
 JOB_FINISHED = "finished"  # completed, failed, cancelled or timed out: it no longer holds resources
-JOB_STATES = (JOB_WAITING, JOB_STARTING, JOB_RUNNING, JOB_FINISHED)
 
 # A node's power state as observed.
 NODE_ON, NODE_OFF, NODE_POWERING_UP, NODE_POWERING_DOWN, NODE_UNAVAILABLE = (

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.states import OFF, ON, POWER_STATE_NAMES
+from ..core.states import ON, POWER_STATE_NAMES
 from ..energy.power_models import LinearModel
 from ..policies.contract import Scheduler
 from .base import BackendError, ClusterBackend
@@ -88,6 +88,7 @@ class LiveDriver:
     metrics: LiveMetrics | None = None
     cluster: LiveCluster | None = None
     latencies_s: list[float] = field(default_factory=list)
+    power_model: LinearModel | None = None  # bound to the cluster at the first observation
 
     def step(self) -> StepResult:
         """One observation and, if due, one decision."""
@@ -107,6 +108,8 @@ class LiveDriver:
                 self.backend, self.scheduler, obs, self.store, seed=self.seed,
                 slurm_powers_nodes=self.slurm_powers_nodes, gpu_type_map=self.gpu_type_map,
             )  # fmt: skip
+            self.power_model = LinearModel()
+            self.power_model.bind(self.cluster.spec)
         c = self.cluster
         changes = c.update(obs)
         if first:
@@ -149,10 +152,7 @@ class LiveDriver:
     def power_estimate_w(self) -> float:
         """Powered nodes at idle draw plus every allocated GPU at full load (the linear model, docs/energy.md)."""
         c = self.cluster
-        if not hasattr(self, "_model"):
-            self._model = LinearModel()
-            self._model.bind(c.spec)
-        model, state = self._model, c.state
+        model, state = self.power_model, c.state
         nodes = np.flatnonzero(c.power_state == ON)
         if nodes.size == 0:
             return 0.0
@@ -172,7 +172,3 @@ class LiveDriver:
             self.step()
             steps += 1
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
-
-    @property
-    def nodes_off(self) -> int:
-        return 0 if self.cluster is None else int((self.cluster.power_state == OFF).sum())

@@ -107,7 +107,6 @@ class Changes:
 
     arrived: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
-    confirmed: list[int] = field(default_factory=list)  # started by us, now running in the cluster manager
     nodes_changed: bool = False
 
     @property
@@ -146,6 +145,7 @@ class LiveCluster:
         self.node_index = {str(n): i for i, n in enumerate(self.spec.node_names)}
         self.power_state = np.full(self.spec.num_nodes, ON, dtype=np.int8)
         self.idle_since = np.zeros(self.spec.num_nodes)
+        self.holders = np.zeros(self.spec.num_nodes, dtype=np.int64)  # jobs holding GPUs on each node
         submits = [j.submit_s for j in first.jobs if j.state != JOB_FINISHED]
         self.origin = min([first.time_s, *submits])
         self.now = first.time_s - self.origin
@@ -299,7 +299,6 @@ class LiveCluster:
             if job in self.targets:
                 if o.state == JOB_RUNNING and self.phase[job] != PHASE_RUNNING:
                     self.phase[job] = PHASE_RUNNING
-                    changes.confirmed.append(job)
                     self.store.mark(self.ids[job], "running")
             elif o.nodes:  # let go before a restart of wattsched, or started by the cluster manager itself
                 self._adopt(job, o)
@@ -357,7 +356,9 @@ class LiveCluster:
             self.start_s[job] = self.now
         self.hold_since[job] = self.now
         self.held_gpus[job] = target.num_gpus
-        self.idle_since[[n for n, *_ in target.placement]] = math.inf
+        nodes = [n for n, *_ in target.placement]
+        self.holders[nodes] += 1
+        self.idle_since[nodes] = math.inf
 
     def _release(self, job: int) -> Target:
         target = self.targets.pop(job)
@@ -369,9 +370,10 @@ class LiveCluster:
         self.held_gpus[job] = 0
         self.phase[job] = PHASE_RELEASED
         self.last_placement[job] = target.placement
-        busy = {n for t in self.targets.values() for n, *_ in t.placement}
-        for node, *_ in target.placement:
-            if node not in busy:
+        nodes = [n for n, *_ in target.placement]
+        self.holders[nodes] -= 1
+        for node in nodes:
+            if self.holders[node] == 0:
                 self.idle_since[node] = self.now
         return target
 

@@ -90,6 +90,12 @@ DEFAULT_SCRIPT = [ScriptedJob(g, s, n) for g, s, n in [
 ]]  # fmt: skip
 
 
+def sbatch_args(job: ScriptedJob, payload: str | None = None, gpu_type: str = "a100") -> list[str]:
+    """``sbatch`` for a scripted job, held for wattsched to place; a ``sleep`` of its duration by default."""
+    return ["sbatch", "--parsable", "--hold", f"-N{job.num_nodes}", f"--gres=gpu:{gpu_type}:{job.gpus_per_node}",
+            "--time=5", "--wrap", payload or f"sleep {job.duration_s:g}"]  # fmt: skip
+
+
 def report(table: pd.DataFrame, latencies_s: list[float], title: str) -> str:
     """Markdown: live and simulated placements and start order side by side, and the decision latency."""
     lat = np.array(latencies_s) * 1e3 if latencies_s else np.zeros(1)

@@ -52,10 +52,6 @@ class JobStore:
             (job_id, state, time.time()),
         )
 
-    def state(self, job_id: str) -> str | None:
-        row = self.db.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return None if row is None else str(row[0])
-
     def placement(self, job_id: str) -> Placement | None:
         row = self.db.execute("SELECT placement FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         if row is None or row[0] is None:

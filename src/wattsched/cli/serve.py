@@ -105,7 +105,7 @@ def check(
     import time
 
     from ..backends.driver import LiveDriver
-    from ..backends.simcheck import DEFAULT_SCRIPT, compare, report
+    from ..backends.simcheck import DEFAULT_SCRIPT, compare, report, sbatch_args
     from ..backends.slurm.backend import SlurmBackend, subprocess_runner
     from ..backends.slurm.fake import FakeSlurm
     from ..backends.store import JobStore
@@ -125,9 +125,7 @@ def check(
             if fake is not None:
                 job_id = fake.submit(j.gpus_per_node, j.num_nodes, j.duration_s)
             else:
-                job_id = runner(["sbatch", "--parsable", "--hold", f"-N{j.num_nodes}",
-                                 f"--gres=gpu:a100:{j.gpus_per_node}", "--time=5", "--wrap",
-                                 f"sleep {j.duration_s:g}"]).strip().split(";")[0]  # fmt: skip
+                job_id = runner(sbatch_args(j)).strip().split(";")[0]
             durations[job_id] = j.duration_s
         out.mkdir(parents=True, exist_ok=True)
         driver = LiveDriver(backend, build_scheduler(cfg, None), JobStore(out / "state.sqlite"), seed=seed)
