@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.errors import WattschedError
-from ..energy.dvfs import energy_optimal_setting, minimum_time, theta_adjust
+from ..energy.dvfs import HkbuSetting, energy_optimal_setting, minimum_time, theta_adjust
 from ..workloads.hkbu_tasks import DvfsTask
 
 IDLE_GPU_W = 85.0  # flat idle draw per powered GPU in the HKBU simulator
@@ -114,14 +114,16 @@ class _Timing:
 
     t_hat: float  # at the preferred clocks (energy-optimal with DVFS, default without)
     t_floor: float  # the fastest it may be squeezed to (t_θ with DVFS, t* without)
+    optimal: HkbuSetting | None = None  # the energy-optimal setting (with DVFS), solved once per task
 
 
 def _timing(task: DvfsTask, cfg: ListConfig) -> _Timing:
     if not cfg.dvfs:
         return _Timing(task.t_star_s, task.t_star_s)
-    t_hat = energy_optimal_setting(task.model).time * task.t_star_s
+    optimal = energy_optimal_setting(task.model)
+    t_hat = optimal.time * task.t_star_s
     t_min = minimum_time(task.model) * task.t_star_s
-    return _Timing(t_hat, max(cfg.theta * t_hat, t_min))
+    return _Timing(t_hat, max(cfg.theta * t_hat, t_min), optimal)
 
 
 def _clocks(
@@ -131,7 +133,7 @@ def _clocks(
     m = task.model
     if not cfg.dvfs:
         return task.t_star_s, m.p_star, 1.0, 1.0
-    s = energy_optimal_setting(m) if slack >= timing.t_hat - _EPS else theta_adjust(slack / task.t_star_s, m)
+    s = timing.optimal if slack >= timing.t_hat - _EPS else theta_adjust(slack / task.t_star_s, m)
     return s.time * task.t_star_s, s.power, s.fc, s.fm
 
 
