@@ -110,29 +110,6 @@ def test_two_node_gang_starts_on_both_nodes_at_once(local_slurm: LocalSlurm) -> 
         assert max(starts) - min(starts) < 2.0, starts
 
 
-def test_powered_down_node_wakes_for_a_job(local_slurm: LocalSlurm) -> None:
-    slurm = local_slurm
-    slurm.run(["scontrol", "update", "nodename=gpu3", "state=power_down"])
-    poll(
-        "gpu3 to be powered down",
-        lambda: {"POWERED_DOWN"} == slurm.node_states()["gpu3"][1] & {"POWERED_DOWN", "POWERING_DOWN"},
-        timeout=40,
-        interval=0.5,
-    )
-    node = next(n for n in slurm.json(["sinfo"])["nodes"] if n["name"] == "gpu3")
-    assert "POWERED_DOWN" in node["state_flags"]
-    job_id = sbatch(slurm, "-w", "gpu3", "--gres=gpu:a100:1", "--wrap", "echo on $SLURMD_NODENAME")
-    with cancelled_after(slurm, job_id):
-        # Slurm runs the resume program at once; the job waits in CONFIGURING until slurmctld's 30 s pass.
-        done = poll(
-            "the job to wake gpu3 and run", state_is(slurm, job_id, "COMPLETED", "FAILED"), timeout=75
-        )
-        assert done["job_state"] == "COMPLETED"
-        assert "on gpu3" in output(slurm, job_id)
-        assert "resume gpu3" in (slurm.base / "log" / "power.log").read_text()
-        slurm.wait_idle(["gpu3"], timeout=30)
-
-
 def test_queued_jobs_survive_a_slurmctld_restart(local_slurm: LocalSlurm) -> None:
     slurm = local_slurm
     job_id = sbatch(slurm, "--hold", "--gres=gpu:a100:1", "--wrap", "echo after restart")

@@ -25,6 +25,10 @@ from wattsched.experiments.run import build_scheduler
 
 pytestmark = pytest.mark.slurm
 
+# The sim-to-live script runs at half its length here (28 s instead of 56 s), polled every 0.1 s: the live tests'
+# share of CI stays small, and completions still come >= 1 s apart, ten polls.
+TIME_SCALE = 0.5
+
 
 def submit(slurm: LocalSlurm, gpus: int, seconds: float, nodes: int = 1, payload: str = "") -> str:
     out = slurm.run(sbatch_args(ScriptedJob(gpus, seconds, nodes), payload or None)).stdout
@@ -66,12 +70,12 @@ def cleanup(local_slurm):
 @pytest.mark.parametrize("placement", ["best-fit", "fgd"])
 def test_live_placements_and_start_order_match_the_simulator(local_slurm, cleanup, tmp_path, placement):
     durations = {}
-    for j in DEFAULT_SCRIPT:  # completions >= 2 s apart in the simulator (backends/simcheck.py)
-        job_id = submit(local_slurm, j.gpus_per_node, j.duration_s, j.num_nodes)
+    for j in DEFAULT_SCRIPT:  # at half the script's length, completions are >= 1 s apart in the simulator
+        job_id = submit(local_slurm, j.gpus_per_node, j.duration_s * TIME_SCALE, j.num_nodes)
         cleanup.append(job_id)
-        durations[job_id] = j.duration_s
+        durations[job_id] = j.duration_s * TIME_SCALE
     driver = driver_for(local_slurm, placement, JobStore(tmp_path / "state.sqlite"))
-    serve_until(driver, finished(local_slurm, list(durations)), timeout=150)
+    serve_until(driver, finished(local_slurm, list(durations)), timeout=150, interval=0.1)
     driver.step()  # the mirror sees the last completions
     table = compare(driver, SimulationConfig(queue="fifo", placement=placement), durations)
     assert table.same_nodes.all(), table.to_string()
@@ -94,6 +98,10 @@ def test_a_job_sent_to_a_powered_down_node_wakes_it(local_slurm, cleanup, tmp_pa
     serve_until(driver, finished(local_slurm, ids), timeout=90)
     assert {job(local_slurm, i)["nodes"] for i in ids} == {"gpu1", "gpu2", "gpu3"}
     assert all(job(local_slurm, i)["job_state"] == "COMPLETED" for i in ids)
+    # Slurm ran the testbed's resume program for gpu3 (docs/live-slurm.md §2.4), at once; the job then waited
+    # in CONFIGURING until slurmctld's 30 s pass
+    assert "resume gpu3" in (local_slurm.base / "log" / "power.log").read_text()
+    local_slurm.wait_idle(["gpu3"], timeout=30)
 
 
 def test_restarts_of_slurmctld_and_of_wattsched_lose_no_job_and_start_none_twice(
@@ -149,3 +157,50 @@ def test_unreadable_json_and_failed_scontrol_are_logged_and_retried(local_slurm,
     assert "squeue --json` printed unreadable JSON" in caplog.text
     assert "scontrol update jobid=" in caplog.text and "retried at the next decision" in caplog.text
     assert all(job(local_slurm, i)["job_state"] == "COMPLETED" for i in ids)
+
+
+def test_an_allocation_policy_preempts_requeues_and_resizes_on_real_slurm(local_slurm, cleanup, tmp_path):
+    """The scripted policy (tests/scripted_policy.py) runs "long" on gpu1, preempts it for "urgent" (requeuehold)
+    and puts it back on gpu2 + gpu3 with one GPU each (a resize): "long" runs twice, the second time in its new
+    shape, without waiting out the begin time a requeue sets."""
+    from tests.scripted_policy import scripted_scheduler
+
+    out = Path(local_slurm.jobs_dir)
+    payload = f"echo $SLURM_JOB_NODELIST $SLURM_JOB_NUM_NODES >> {out}/runs-$SLURM_JOB_ID; sleep 4"
+    long_job = submit(local_slurm, 2, 0, payload=payload)
+    urgent = submit(local_slurm, 4, 2)
+    cleanup.extend([long_job, urgent])
+    backend = SlurmBackend(runner=subprocess_runner(env=local_slurm.env), retry_wait_s=0.2)
+    store = JobStore(tmp_path / "state.sqlite")
+    driver = LiveDriver(backend, scripted_scheduler(), store, allow_resize=True)
+    serve_until(driver, finished(local_slurm, [long_job, urgent]), timeout=60)
+    assert (out / f"runs-{long_job}").read_text().split("\n")[:2] == ["gpu1 1", "gpu[2-3] 2"]
+    record = job(local_slurm, long_job)
+    assert record["job_state"] == "COMPLETED" and record["tres_per_node"] == "gres:gpu:a100:1"
+    assert record["restart_cnt"] == 1
+    assert job(local_slurm, urgent)["nodes"] == "gpu1"
+    assert store.starts() == {long_job: 2, urgent: 1}
+
+
+def test_the_idle_timeout_manager_powers_nodes_down_and_up_through_slurm(local_slurm, cleanup, tmp_path):
+    """wattsched's right-sizing instead of Slurm's SuspendTime: idle nodes go down after the timeout
+    (scontrol power_down), a waiting job boots one node (power_up) and runs there once it is up."""
+    from wattsched.core.states import OFF
+    from wattsched.policies.power import IdleTimeout
+
+    backend = SlurmBackend(runner=subprocess_runner(env=local_slurm.env), retry_wait_s=0.2)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    driver = LiveDriver(backend, sched, JobStore(tmp_path / "state.sqlite"), power_manager=IdleTimeout(2))
+    serve_until(driver, lambda: driver.cluster is not None and (driver.cluster.power_state == OFF).all(), 60)
+    assert all("POWERED_DOWN" in flags for _, flags in local_slurm.node_states().values())
+    ids = [submit(local_slurm, 4, 2)]
+    cleanup.extend(ids)
+    serve_until(driver, finished(local_slurm, ids), timeout=60)
+    power = driver.cluster.power
+    assert (power.boots, power.shutdowns) == (1, 3)
+    ran_on = job(local_slurm, ids[0])["nodes"]
+    assert "POWERED_DOWN" not in local_slurm.node_states()[ran_on][1]
+    assert sum("POWERED_DOWN" in flags for _, flags in local_slurm.node_states().values()) == 2
+    # leave every node up and idle for the next test
+    local_slurm.run(["scontrol", "update", "nodename=gpu[1-3]", "state=power_up"])
+    poll("nodes up", lambda: all(not flags for _, flags in local_slurm.node_states().values()), timeout=60)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wattsched.backends.base import JOB_RUNNING, JOB_STARTING, JOB_WAITING, NODE_OFF, NODE_ON, BackendError
@@ -184,3 +185,135 @@ def test_a_running_job_the_mirror_has_no_room_for_is_never_started_again(caplog)
     assert cluster.status[cluster.index["2"]] == STATUS_RUNNING and cluster.view.queue_length == 0
     assert calls == []  # no scontrol: job 2 runs already
     assert caplog.text.count("no room for it there") == 1
+
+
+def _calls(fake: FakeSlurm, *prefix: str) -> list[list[str]]:
+    return [c for c in fake.calls if tuple(c[: len(prefix)]) == prefix]
+
+
+def test_an_allocation_policy_preempts_requeues_and_resizes_through_scontrol():
+    from tests.scripted_policy import scripted_scheduler
+
+    fake = FakeSlurm.uniform(3)
+    long_job = fake.submit(2, duration_s=20, name="long")
+    urgent = fake.submit(4, duration_s=5, name="urgent")
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    store = JobStore(":memory:")
+    driver = LiveDriver(backend, scripted_scheduler(), store, allow_resize=True)
+    _run(fake, driver, 40)
+    assert _calls(fake, "scontrol", "requeuehold") == [["scontrol", "requeuehold", long_job]]
+    # the second start of "long": its new shape, its new nodes and (the requeue pushed it back) a begin of now
+    pins = _calls(fake, "scontrol", "update", f"jobid={long_job}")
+    assert pins[-1] == ["scontrol", "update", f"jobid={long_job}", "NumNodes=2-2", "TresPerNode=gres:gpu:a100:1",
+                        "nodelist=gpu2,gpu3", "StartTime=now"]  # fmt: skip
+    assert fake.jobs[int(urgent)].nodes == ["gpu1"] and fake.jobs[int(urgent)].state == "COMPLETED"
+    done = fake.jobs[int(long_job)]
+    assert (done.state, done.nodes, done.gpus_per_node, done.releases) == (
+        "COMPLETED",
+        ["gpu2", "gpu3"],
+        1,
+        2,
+    )
+    assert store.starts() == {long_job: 2, urgent: 1}
+    # started again well before the 121 s a requeue would have cost
+    assert fake.order == [int(long_job), int(urgent), int(long_job)]
+
+
+def test_without_resize_allowed_a_new_shape_is_left_waiting(caplog):
+    from tests.scripted_policy import scripted_scheduler
+
+    fake = FakeSlurm.uniform(3)
+    long_job = fake.submit(2, duration_s=20, name="long")
+    fake.submit(4, duration_s=5, name="urgent")
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    driver = LiveDriver(backend, scripted_scheduler(), JobStore(":memory:"))
+    _run(fake, driver, 30)
+    job = fake.jobs[int(long_job)]
+    assert job.state == "PENDING" and job.held and job.gpus_per_node == 2
+    assert caplog.text.count("resizing not allowed") == 1  # logged once, however many rounds ask again
+
+
+def test_a_requeued_job_is_let_go_only_once_its_old_run_is_seen_gone():
+    from wattsched.backends.base import JobObs, NodeObs, Observation
+    from wattsched.backends.live import LiveCluster
+    from wattsched.core.cluster import MILLI
+    from wattsched.policies.contract import Target
+
+    calls = []
+    backend = SlurmBackend(runner=lambda argv: calls.append(argv) or "", retry_wait_s=0.0)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    node = NodeObs("gpu1", 4, "a100", 8, 16000, NODE_ON)
+
+    def obs(t: float, state: str, ending: bool = False, nodes=("gpu1",)) -> Observation:
+        job = JobObs("7", "a", state, 1, 2, "a100", 1, 0, 0.0, 600.0, nodes, held=state == JOB_WAITING,
+                     ending=ending, restarts=int(ending or state == JOB_WAITING), eligible_s=t + 120)  # fmt: skip
+        return Observation(t, (node,), (job,))
+
+    cluster = LiveCluster(backend, sched, obs(0.0, JOB_RUNNING), JobStore(":memory:"))
+    cluster.update(obs(1.0, JOB_RUNNING))
+    cluster.actions.move(0, Target(((0, (2, 3), MILLI, 0),)))
+    assert calls == [["scontrol", "requeuehold", "7"]]
+    assert cluster.flush() == 0  # not observed since the requeue
+    cluster.update(obs(2.0, JOB_WAITING, ending=True, nodes=()))  # the old run winds down
+    assert cluster.flush() == 0 and len(calls) == 1
+    cluster.update(obs(3.0, JOB_WAITING, nodes=()))
+    assert cluster.flush() == 1
+    assert calls[1] == ["scontrol", "update", "jobid=7", "nodelist=gpu1", "StartTime=now"]
+    assert calls[2] == ["scontrol", "release", "7"]
+
+
+def test_the_idle_timeout_manager_drives_node_power_through_scontrol():
+    from wattsched.core.states import BOOTING, OFF, ON
+    from wattsched.policies.power import IdleTimeout
+
+    fake = FakeSlurm.uniform(3, resume_s=5)
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    metrics = LiveMetrics()
+    driver = LiveDriver(backend, sched, JobStore(":memory:"), power_manager=IdleTimeout(10), metrics=metrics)
+    _run(fake, driver, 15)
+    c = driver.cluster
+    assert not any(n.powered for n in fake.nodes.values()) and (c.power_state == OFF).all()
+    assert metrics.nodes.labels(power_state="off")._value.get() == 3
+    job = fake.submit(4, duration_s=8)
+    _run(fake, driver, 2)
+    # one node booted for the job (the first in the policies' tie-break order), and nothing placed on it yet
+    assert (c.power_state == BOOTING).sum() == 1 and fake.jobs[int(job)].state == "PENDING"
+    assert len(_calls(fake, "scontrol", "update")) == 2  # the power-down of all three, one power-up
+    _run(fake, driver, 10)
+    booted = str(c.spec.node_names[int(np.flatnonzero(c.power_state == ON)[0])])
+    started = fake.jobs[int(job)]
+    assert (
+        started.nodes == [booted] and started.start_time >= started.submit_time + fake.resume_s
+    )  # after the boot
+    _run(fake, driver, 25)  # the job ends, and its node goes off after the idle timeout
+    assert fake.jobs[int(job)].state == "COMPLETED" and not any(n.powered for n in fake.nodes.values())
+    assert (driver.cluster.power.boots, driver.cluster.power.shutdowns) == (1, 4)
+
+
+@pytest.mark.parametrize(
+    "policy", ["tiresias", "optimus-greedy", "powerflow", "eaco", "zeus-pl", "hkbu-dvfs"]
+)
+def test_allocation_policies_run_live_unchanged(policy, caplog):
+    """The simulator's allocation policies on the in-memory Slurm: every job completes, each started as the policy
+    placed it; EaCO's co-located jobs run on whole GPUs (Slurm's GPUs are exclusive), which is logged."""
+    fake = FakeSlurm.uniform(3)
+    for g, d in [(2, 20), (4, 30), (1, 10), (3, 25), (2, 5), (4, 8), (1, 40)]:
+        fake.submit(g, duration_s=d, time_limit_min=1)
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    scheduler = build_scheduler(SimulationConfig(allocation=policy, round_s=5), None)
+    driver = LiveDriver(backend, scheduler, JobStore(":memory:"), allow_resize=True)
+    _run(fake, driver, 300)
+    assert [j.state for j in fake.jobs.values()] == ["COMPLETED"] * 7
+    assert "decision cut short" not in caplog.text
+    assert ("runs alone" in caplog.text) == (policy == "eaco")
+
+
+def test_serve_slurm_names_the_power_choices_on_a_bad_power_option():
+    from typer.testing import CliRunner
+
+    from wattsched.cli.main import app
+
+    res = CliRunner().invoke(app, ["serve", "slurm", "--power", "sometimes", "--metrics-port", "0"])
+    assert res.exit_code != 0
+    assert "--power: slurm, none or one of" in res.output and "idle-timeout" in res.output

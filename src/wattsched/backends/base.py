@@ -65,10 +65,26 @@ class JobObs:
     time_limit_s: float  # the job's wall-time limit (inf when none): a duration estimate for policies
     nodes: tuple[str, ...] = ()  # where it runs (running or starting)
     held: bool = False  # waiting because held (ours to place) rather than for resources
+    ending: bool = False  # held again (requeued) while its previous run still winds down on its old nodes
+    restarts: int = 0  # how often the cluster manager requeued it
+    eligible_s: float = 0.0  # epoch seconds from which it may start (a requeue pushes this back)
 
     @property
     def num_gpu(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """Run a held job on exactly `nodes`. ``gpus_per_node`` set: change the job's shape first (a resize by an
+    allocation policy) to so many GPUs on each of the nodes. ``clear_begin``: the job was requeued, which pushed
+    its begin time back; start it now."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    gpus_per_node: int | None = None
+    gpu_type: str = ""  # the cluster manager's GPU type name for a resize ("" = any)
+    clear_begin: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,8 +102,9 @@ class ClusterBackend(Protocol):
 
     def observe(self) -> Observation: ...
 
-    def start_many(self, starts: Sequence[tuple[str, Sequence[str]]]) -> dict[str, BackendError]:
-        """Run each held job on exactly its nodes; the jobs that could not be started, with why."""
+    def start_many(self, starts: Sequence[StartRequest]) -> dict[str, BackendError]:
+        """Run each held job on exactly its nodes (resized first where asked); the jobs that could not be started,
+        with why."""
 
     def requeue(self, job_id: str) -> None:
         """Preempt a running job back to the queue (held again, for wattsched to place)."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core.states import ON, POWER_STATE_NAMES
 from ..energy.power_models import LinearModel
-from ..policies.contract import Scheduler
+from ..policies.contract import InvalidDecision, PowerManager, Scheduler
 from .base import BackendError, ClusterBackend
 from .live import LiveCluster
 from .store import JobStore
@@ -84,6 +84,8 @@ class LiveDriver:
     store: JobStore
     seed: int = 42
     slurm_powers_nodes: bool = True
+    power_manager: PowerManager | None = None  # wattsched's right-sizing instead of the cluster manager's
+    allow_resize: bool = False
     gpu_type_map: dict[str, str] = field(default_factory=dict)
     metrics: LiveMetrics | None = None
     cluster: LiveCluster | None = None
@@ -107,6 +109,7 @@ class LiveDriver:
             self.cluster = LiveCluster(
                 self.backend, self.scheduler, obs, self.store, seed=self.seed,
                 slurm_powers_nodes=self.slurm_powers_nodes, gpu_type_map=self.gpu_type_map,
+                power_manager=self.power_manager, allow_resize=self.allow_resize,
             )  # fmt: skip
             self.power_model = LinearModel()
             self.power_model.bind(self.cluster.spec)
@@ -114,8 +117,9 @@ class LiveDriver:
         changes = c.update(obs)
         if first:
             self.scheduler.on_start(c.view, c.actions)
-        for callback in c.due_timers():
-            callback(c.view, c.actions)
+            if c.power is not None:
+                c.power.start()
+        c.run_due_timers()
         c.flush()
         due = (
             first
@@ -124,10 +128,19 @@ class LiveDriver:
             or c.decide_requested
         )
         result = StepResult(True, arrived=len(changes.arrived), finished=len(changes.finished))
-        if due and c.view.queue_length + len(c.targets) > 0:
+        if due and c.view.queue_length + len(c.targets) == 0:
+            c.decide_requested = False  # nothing to decide on: the next decision comes with the next event
+        elif due:
             c.decide_requested = False
             t1 = time.perf_counter()
-            c.decide()
+            try:
+                c.decide()
+            except (
+                InvalidDecision
+            ) as exc:  # a policy's mistake must not stop the service: what was done stands
+                log.error("decision cut short: %s", exc)
+                if self.metrics:
+                    self.metrics.errors.inc()
             result.latency_s = time.perf_counter() - t1
             result.started = c.flush()
             result.apply_s = time.perf_counter() - t1 - result.latency_s
@@ -137,6 +150,8 @@ class LiveDriver:
                 self.metrics.decisions.inc()
                 self.metrics.latency.observe(result.latency_s)
                 self.metrics.apply.observe(result.apply_s)
+        if c.power is not None:
+            c.power.batch_end()
         if self.metrics:
             self._update_gauges()
         return result

@@ -32,10 +32,12 @@ from ..core.errors import WattschedError
 from ..core.gpus import GPU_CATALOG
 from ..core.jobs import JobTable
 from ..core.states import (
+    BOOTING,
     OFF,
     ON,
     PHASE_RELEASED,
     PHASE_RUNNING,
+    SHUTTING_DOWN,
     STATUS_DONE,
     STATUS_DROPPED,
     STATUS_FUTURE,
@@ -45,7 +47,14 @@ from ..core.states import (
 )
 from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from ..policies.base import JobRequest, Placement
-from ..policies.contract import BindContext, InvalidDecision, Scheduler, Target, WakeCallback
+from ..policies.contract import (
+    BindContext,
+    InvalidDecision,
+    PowerManager,
+    Scheduler,
+    Target,
+    WakeCallback,
+)
 from ..policies.requests import RequestBook
 from .base import (
     JOB_FINISHED,
@@ -55,17 +64,20 @@ from .base import (
     NODE_ON,
     NODE_POWERING_DOWN,
     NODE_POWERING_UP,
+    NODE_UNAVAILABLE,
     BackendError,
     ClusterBackend,
     JobObs,
     Observation,
+    StartRequest,
 )
+from .power import LivePower
 from .store import JobStore
 
 log = logging.getLogger("wattsched.live")
 
-# Observed node power -> the view's power state; powered-down nodes count as OFF.
-_POWER = {NODE_ON: ON, NODE_OFF: OFF, NODE_POWERING_DOWN: OFF}
+# Observed node power -> the view's power state; a node that is down or drained counts as OFF (and unusable).
+_POWER = {NODE_ON: ON, NODE_OFF: OFF, NODE_POWERING_UP: BOOTING, NODE_POWERING_DOWN: SHUTTING_DOWN}
 
 
 def catalog_gpu_name(gres_type: str, type_map: Mapping[str, str] | None = None) -> str:
@@ -101,6 +113,16 @@ def spec_from_observation(
     )
 
 
+@dataclass(frozen=True)
+class Outgoing:
+    """A start the pass made, to be let go in the cluster manager by ``LiveCluster.flush``."""
+
+    job: int
+    nodes: tuple[str, ...]
+    setting: GpuSetting
+    resize: tuple[int, int] | None = None  # (nodes, GPUs per node) when the job runs in another shape
+
+
 @dataclass
 class Changes:
     """What one observation changed: decisions follow arrivals and released capacity."""
@@ -132,23 +154,28 @@ class LiveCluster:
         seed: int = 42,
         slurm_powers_nodes: bool = True,
         gpu_type_map: Mapping[str, str] | None = None,
+        power_manager: PowerManager | None = None,
+        allow_resize: bool = False,
     ):
         self.backend = backend
         self.scheduler = scheduler
         self.store = store
         # Powered-down nodes stay placeable when the cluster manager wakes them for the jobs sent there (Slurm's
         # SuspendTime); when wattsched's power manager drives power, only nodes that are on take work.
-        self.slurm_powers_nodes = slurm_powers_nodes
+        self.slurm_powers_nodes = slurm_powers_nodes and power_manager is None
+        # An allocation policy may run a job in another shape than it was submitted with (a resize) only when the
+        # operator allows it: the job must be able to use any number of GPUs.
+        self.allow_resize = allow_resize
         self.type_map = dict(gpu_type_map or {})
         self.spec = spec_from_observation(first, backend.name, self.type_map)
         self.state = ClusterState(self.spec)
         self.node_index = {str(n): i for i, n in enumerate(self.spec.node_names)}
         self.power_state = np.full(self.spec.num_nodes, ON, dtype=np.int8)
-        self.idle_since = np.zeros(self.spec.num_nodes)
         self.holders = np.zeros(self.spec.num_nodes, dtype=np.int64)  # jobs holding GPUs on each node
         submits = [j.submit_s for j in first.jobs if j.state != JOB_FINISHED]
         self.origin = min([first.time_s, *submits])
         self.now = first.time_s - self.origin
+        self.idle_since = np.full(self.spec.num_nodes, self.now)  # idle time counts from wattsched's start
         # The same streams as a simulation with this seed (experiments/run.py): the node order policies break
         # ties with is drawn first from the policy stream, so live and simulated placements agree.
         self.seed = seed
@@ -162,14 +189,25 @@ class LiveCluster:
         self.last_placement: dict[int, Placement] = {}
         self.deferred: set[int] = set()
         self.misshaped: set[int] = set()  # placed in a shape the cluster manager cannot run (logged once)
+        self.unshared: set[int] = set()  # placed on shared GPUs, run on whole ones (logged once)
         self.unaccounted: set[int] = set()  # running or let go, no room for it in the mirror (logged once)
         self.keep_free_gpus = 0.0
-        self.outbox: list[tuple[int, list[str], GpuSetting]] = []  # started by the pass, not yet let go
-        self._timers: list[tuple[float, int, WakeCallback]] = []
+        self.outbox: list[Outgoing] = []  # started by a pass, not yet let go
+        self.observations = 0
+        # Jobs wattsched requeued, with the observation count then: the old run must be seen gone before the
+        # job is let go again (Slurm moves a requeued job's begin time only once that run has ended).
+        self.requeued_at: dict[int, int] = {}
+        self.resized: dict[
+            int, tuple[int, int]
+        ] = {}  # the shape wattsched gave a job: (nodes, GPUs per node)
+        self._timers: list[tuple[float, int, WakeCallback, LiveActions]] = []
         self._timer_seq = 0
         self.decide_requested = False
         self.view = LiveView(self)
         self.actions = LiveActions(self, scheduler.name)
+        self.power: LivePower | None = None
+        if power_manager is not None:
+            self.power = LivePower(power_manager, self, LiveActions(self, power_manager.name))
 
     def _policy_rng(self) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[1])
@@ -245,6 +283,7 @@ class LiveCluster:
     def update(self, obs: Observation) -> Changes:
         """Fold one observation into the mirror; what changed."""
         self.now = obs.time_s - self.origin
+        self.observations += 1
         changes = Changes(nodes_changed=self._update_nodes(obs))
         new = [j for j in obs.jobs if j.job_id not in self.index and j.state != JOB_FINISHED]
         if new:
@@ -283,7 +322,10 @@ class LiveCluster:
             if bool(self.state.available[i]) != available:
                 self.state.set_available(np.array([i]), available)
                 changed = True
-            self.power_state[i] = power
+            if self.power is not None:
+                changed |= self.power.observed(i, power, unusable=n.power == NODE_UNAVAILABLE)
+            else:
+                self.power_state[i] = power
         return changed
 
     def _update_job(self, job: int, o: JobObs, changes: Changes) -> None:
@@ -296,6 +338,8 @@ class LiveCluster:
                 self._finish(job, changes)
             return
         if o.state in (JOB_RUNNING, JOB_STARTING):
+            if job in self.requeued_at:
+                return  # the run wattsched requeued, still winding down: the job is held again
             if job in self.targets:
                 if o.state == JOB_RUNNING and self.phase[job] != PHASE_RUNNING:
                     self.phase[job] = PHASE_RUNNING
@@ -359,6 +403,8 @@ class LiveCluster:
         nodes = [n for n, *_ in target.placement]
         self.holders[nodes] += 1
         self.idle_since[nodes] = math.inf
+        if self.power is not None:
+            self.power.job_started(job)
 
     def _release(self, job: int) -> Target:
         target = self.targets.pop(job)
@@ -375,6 +421,8 @@ class LiveCluster:
         for node in nodes:
             if self.holders[node] == 0:
                 self.idle_since[node] = self.now
+                if self.power is not None:
+                    self.power.node_idle(node)
         return target
 
     def _finish(self, job: int, changes: Changes) -> None:
@@ -397,45 +445,77 @@ class LiveCluster:
     def pending_array(self) -> np.ndarray:
         return np.flatnonzero(self.status == STATUS_PENDING)
 
-    def due_timers(self) -> list[WakeCallback]:
-        due = []
+    def run_due_timers(self) -> None:
+        """Call back every ``wake_at`` that is due, with the actions of whoever asked (policy or power manager)."""
         while self._timers and self._timers[0][0] <= self.now + 1e-9:
-            due.append(heapq.heappop(self._timers)[2])
-        return due
+            _, _, callback, actions = heapq.heappop(self._timers)
+            callback(self.view, actions)
 
-    def schedule(self, time: float, callback: WakeCallback) -> None:
+    def schedule(self, time: float, callback: WakeCallback, actions: LiveActions) -> None:
         self._timer_seq += 1
-        heapq.heappush(self._timers, (float(time), self._timer_seq, callback))
+        heapq.heappush(self._timers, (float(time), self._timer_seq, callback, actions))
 
     def decide(self) -> None:
         self.scheduler.decide(self.view, self.actions)
 
     def flush(self) -> int:
-        """Let go of the jobs the last pass started, in one batch; a job the cluster manager refused goes back to
-        the queue (retried at the next decision). Returns how many were let go."""
+        """Let go of the jobs the passes started, in one batch; a job the cluster manager refused goes back to the
+        queue (retried at the next decision). A job wattsched requeued waits in the outbox, its GPUs held, until
+        its old run is seen gone. Returns how many were let go."""
         if not self.outbox:
             return 0
-        batch, self.outbox = self.outbox, []
-        for job, nodes, setting in batch:  # on the job before it runs: its prolog applies it on each node
-            if setting != DEFAULT_SETTING:
+        queued = [e for e in self.outbox if e.job in self.targets]  # not ended or stopped meanwhile
+        ready = [e for e in queued if not self._winding_down(e.job)]
+        self.outbox = [e for e in queued if self._winding_down(e.job)]
+        if not ready:
+            return 0
+        for e in ready:  # on the job before it runs: its prolog applies it on each node
+            if e.setting != DEFAULT_SETTING:
                 try:
-                    self.backend.set_gpu_setting(self.ids[job], nodes, setting)
+                    self.backend.set_gpu_setting(self.ids[e.job], e.nodes, e.setting)
                 except BackendError as exc:
-                    log.warning("GPU setting of job %s not passed on: %s", self.ids[job], exc)
-        failed = self.backend.start_many([(self.ids[j], nodes) for j, nodes, _ in batch])
-        for job, _, _ in batch:
-            job_id = self.ids[job]
+                    log.warning("GPU setting of job %s not passed on: %s", self.ids[e.job], exc)
+        failed = self.backend.start_many([self._start_request(e) for e in ready])
+        for e in ready:
+            job_id = self.ids[e.job]
             if job_id in failed:
                 log.warning(
                     "start of job %s failed, retried at the next decision: %s", job_id, failed[job_id]
                 )
-                self._release(job)
-                self.status[job] = STATUS_PENDING
-                self.start_s[job] = np.nan
+                self._release(e.job)
+                self.status[e.job] = STATUS_PENDING
+                self.start_s[e.job] = np.nan
                 self.store.mark(job_id, "waiting")
                 continue
+            self.requeued_at.pop(e.job, None)
+            if e.resize is not None:
+                self.resized[e.job] = e.resize
             self.store.mark(job_id, "released")
-        return len(batch) - len(failed)
+        return len(ready) - len(failed)
+
+    def _winding_down(self, job: int) -> bool:
+        """Whether the job's previous run (requeued) may still hold its old nodes: not yet observed since the
+        requeue, or observed held while that run completes."""
+        seen_since = self.observations > self.requeued_at.get(job, -1)
+        return not seen_since or self.obs[job].ending
+
+    def _start_request(self, e: Outgoing) -> StartRequest:
+        o = self.obs[e.job]
+        return StartRequest(
+            job_id=self.ids[e.job],
+            nodes=e.nodes,
+            gpus_per_node=None if e.resize is None else e.resize[1],
+            gpu_type=o.gpu_model,
+            # A requeue pushed the job's begin time back (about 2 min in Slurm 22.05): it starts now.
+            clear_begin=o.restarts > 0 and o.eligible_s > self.origin + self.now,
+        )
+
+    def shape(self, job: int) -> tuple[int, int]:
+        """(nodes, GPUs per node) the cluster manager will run the job with."""
+        if job in self.resized:
+            return self.resized[job]
+        o = self.obs[job]
+        return o.num_nodes, o.gpus_per_node
 
 
 class LiveView:
@@ -513,9 +593,15 @@ class LiveView:
         jobs = np.asarray(jobs, dtype=np.int64)
         return np.maximum(self._c.jobs.duration_s[jobs] - self.executed_seconds(jobs), 0.0)
 
+    def work(self, jobs: np.ndarray) -> np.ndarray:
+        return self._c.jobs.duration_s[np.asarray(jobs, dtype=np.int64)]
+
     def rate(self, jobs: np.ndarray) -> np.ndarray:
         jobs = np.asarray(jobs, dtype=np.int64)
         return (self._c.phase[jobs] == PHASE_RUNNING).astype(np.float64)
+
+    def held_gpus(self, jobs: np.ndarray) -> np.ndarray:
+        return self._c.held_gpus[np.asarray(jobs, dtype=np.int64)]
 
     def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray:
         c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
@@ -575,7 +661,17 @@ class LiveView:
         return None
 
     def next_arrival_s(self) -> float:
-        return math.inf  # live arrivals are not known in advance
+        return self._c.now  # live arrivals are not known in advance: one may come at any time
+
+    @property
+    def power_epoch(self) -> int:
+        power = self._c.power
+        return power.power_epoch if power is not None else 0
+
+    @property
+    def booting_gpus(self) -> float:
+        power = self._c.power
+        return power.booting_gpus if power is not None else 0.0
 
 
 class LiveActions:
@@ -595,30 +691,52 @@ class LiveActions:
         c = self._c
         if c.status[job] != STATUS_PENDING or job in c.targets:
             raise self._invalid(job, "start of a job that is not waiting")
-        o = c.obs[job]
-        nodes = [str(c.spec.node_names[n]) for n, *_ in target.placement]
-        if len(nodes) != o.num_nodes or any(len(g) != o.gpus_per_node for _, g, _, _ in target.placement):
-            # The cluster manager runs the job in the shape it was submitted with: so many GPUs on each node.
-            if job not in c.misshaped:
-                c.misshaped.add(job)
-                log.warning(
-                    "job %s asks for %d node(s) x %d GPU(s); placement %s does not have that shape: left waiting",
-                    o.job_id, o.num_nodes, o.gpus_per_node, _describe(c, target.placement),
-                )  # fmt: skip
-            return
+        if target.share_milli < MILLI:
+            # Slurm gives each job whole GPUs (gres/gpu is exclusive): a job the policy co-locates runs alone on
+            # the GPUs it was given, once they are wholly free.
+            whole = Target(target.placement, MILLI, target.setting)
+            if job not in c.unshared:
+                c.unshared.add(job)
+                log.warning("job %s: %s shares GPUs (%d milli-GPU each), Slurm gives whole GPUs: it runs alone on "
+                            "%s", c.ids[job], self._by, target.share_milli, _describe(c, target.placement))  # fmt: skip
+            if not c._fits(whole.placement):
+                return  # left waiting: the next decision places it again
+            target = whole
+        nodes = tuple(str(c.spec.node_names[n]) for n, *_ in target.placement)
+        per_node = {len(gpus) for _, gpus, _, _ in target.placement}
+        shape = (len(nodes), per_node.pop()) if len(per_node) == 1 else None
+        resize = None
+        if shape != c.shape(job):
+            # The cluster manager runs a job in one shape: so many GPUs on each of its nodes. Another shape is a
+            # resize, carried out only where the operator allows it.
+            if not (c.allow_resize and shape is not None and shape[1] > 0):
+                if job not in c.misshaped:
+                    c.misshaped.add(job)
+                    n, g = c.shape(job)
+                    log.warning("job %s asks for %d node(s) x %d GPU(s); placement %s does not have that shape%s: "
+                                "left waiting", c.ids[job], n, g, _describe(c, target.placement),
+                                "" if c.allow_resize else " (resizing not allowed)")  # fmt: skip
+                return
+            resize = shape
         if not c._fits(target.placement):
             raise self._invalid(job, f"placement {_describe(c, target.placement)} is not free")
-        c.store.record_start(o.job_id, target.placement, "starting")  # before the call: no double start
+        c.store.record_start(c.ids[job], target.placement, "starting")  # before the call: no double start
         c._hold(job, target)
         c.phase[job] = PHASE_RELEASED  # running once the cluster manager says so
         c.outbox.append(
-            (job, nodes, target.setting)
-        )  # let go after the pass, in one batch (LiveCluster.flush)
+            Outgoing(job, nodes, target.setting, resize)
+        )  # let go after the pass (LiveCluster.flush)
 
     def stop(self, job: int, save: bool = False) -> None:
         c = self._c
         if job not in c.targets:
             raise self._invalid(job, "stop of a job that holds nothing")
+        if any(e.job == job for e in c.outbox):  # started by wattsched but not let go yet: nothing to requeue
+            c.outbox = [e for e in c.outbox if e.job != job]
+            c._release(job)
+            c.status[job] = STATUS_PENDING
+            c.store.mark(c.ids[job], "waiting")
+            return
         try:
             c.backend.requeue(c.ids[job])
         except BackendError as exc:
@@ -626,15 +744,20 @@ class LiveActions:
             return
         c._release(job)
         c.status[job] = STATUS_PENDING
+        c.requeued_at[job] = c.observations
         c.store.mark(c.ids[job], "requeued")
 
     def move(self, job: int, target: Target) -> None:
-        # A live job changes nodes or size only through a requeue; it is placed again by the next decision.
-        self.stop(job)
+        self.move_many({job: target})
 
     def move_many(self, targets: Mapping[int, Target]) -> None:
+        # A live job changes nodes or size through a requeue and a new start on its target (resized first where
+        # the shape changes); every job is stopped before any is placed again, as in the simulator.
         for job in targets:
             self.stop(job)
+        for job, target in targets.items():
+            if self._c.status[job] == STATUS_PENDING and job not in self._c.targets:
+                self.start(job, target)
 
     def retune(self, job: int, setting: GpuSetting) -> None:
         c = self._c
@@ -669,10 +792,16 @@ class LiveActions:
         self._c.keep_free_gpus = float(gpus)
 
     def power_on(self, nodes: Iterable[int]) -> None:
-        self._power(nodes, self._c.backend.power_up)
+        if self._c.power is not None:
+            self._c.power.boot(list(nodes))
+        else:
+            self._power(nodes, self._c.backend.power_up)
 
     def power_off(self, nodes: Iterable[int]) -> None:
-        self._power(nodes, self._c.backend.power_down)
+        if self._c.power is not None:
+            self._c.power.shutdown(list(nodes))
+        else:
+            self._power(nodes, self._c.backend.power_down)
 
     def _power(self, nodes: Iterable[int], call) -> None:
         names = [str(self._c.spec.node_names[n]) for n in nodes]
@@ -683,7 +812,7 @@ class LiveActions:
                 log.warning("power change of %s failed: %s", ",".join(names), exc)
 
     def wake_at(self, time: float, callback: WakeCallback) -> None:
-        self._c.schedule(time, callback)
+        self._c.schedule(time, callback, self)
 
     def decide_after_events(self) -> None:
         self._c.decide_requested = True

@@ -51,7 +51,9 @@ def agent_job_command(
     port: Annotated[int, typer.Option(help="the local agent's port")] = 9400,
     comment: Annotated[
         str | None,
-        typer.Option(help="the job's comment (default: read with scontrol show job $SLURM_JOB_ID)"),
+        typer.Option(
+            help="the job's comment (default: $SLURM_JOB_COMMENT, else scontrol show job $SLURM_JOB_ID)"
+        ),
     ] = None,
 ) -> None:
     """Apply (start) or reset (end) the GPU setting wattsched chose for this job, on this node's GPUs, through the
@@ -74,6 +76,8 @@ def agent_job_command(
         if phase == "end":
             lines = reset_gpus(client, gpus)
         else:
+            if comment is None:  # Slurm 22.05 gives the prolog the comment as it stands at the job's start
+                comment = os.environ.get("SLURM_JOB_COMMENT")
             if comment is None:
                 shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
                                        timeout=30, check=False).stdout  # fmt: skip

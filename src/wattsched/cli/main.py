@@ -182,3 +182,8 @@ def power(
 
 def main() -> None:  # pragma: no cover - entry point
     app()
+
+
+# `python -m wattsched.cli.main`: how the local test Slurm's job prolog runs it (no console script needed).
+if __name__ == "__main__":
+    main()

@@ -47,8 +47,23 @@ def slurm(
     metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port (0: none)", min=0)] = 9401,
     metrics_address: Annotated[str, typer.Option(help="address /metrics listens on")] = "127.0.0.1",
     power: Annotated[
-        str, typer.Option(help="who powers nodes: slurm (its SuspendTime; jobs wake nodes) or none")
+        str,
+        typer.Option(
+            help="who powers nodes: slurm (its SuspendTime; jobs wake nodes), none, or a wattsched power manager "
+            "(idle-timeout, forecast: wattsched powers nodes down and up through scontrol)"
+        ),
     ] = "slurm",
+    idle_timeout: Annotated[
+        float, typer.Option(help="idle-timeout: idle seconds before a node is powered down", min=1)
+    ] = 600.0,
+    allow_resize: Annotated[
+        bool,
+        typer.Option(
+            "--allow-resize/--no-resize",
+            help="let an allocation policy change a job's GPU count or nodes (scontrol update NumNodes, "
+            "TresPerNode): only for jobs that can use any number of GPUs",
+        ),
+    ] = False,
     gpu_type_map: Annotated[
         list[str] | None, typer.Option(help="SLURM_TYPE=MODEL for GPU types not in the catalog (repeatable)")
     ] = None,
@@ -61,19 +76,27 @@ def slurm(
     from ..backends.driver import LiveDriver, LiveMetrics
     from ..backends.slurm.backend import SlurmBackend
     from ..backends.store import JobStore
+    from ..engine.power import PowerStateConfig
     from ..experiments.config import SimulationConfig
     from ..experiments.run import build_scheduler
+    from ..policies.contract import POWER_MANAGERS
+    from ..policies.power import power_manager_from_config
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with user_errors():
-        if power not in ("slurm", "none"):
-            raise typer.BadParameter(f"--power: slurm or none, got {power!r}")
+        managers = [m for m in POWER_MANAGERS.names() if m != "always-on"]
+        if power not in ("slurm", "none", *managers):
+            raise typer.BadParameter(f"--power: slurm, none or one of {', '.join(managers)}; got {power!r}")
+        manager = None
+        if power in managers:
+            manager = power_manager_from_config(power, PowerStateConfig(idle_timeout_s=idle_timeout))
         cfg = SimulationConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
         scheduler = build_scheduler(cfg, None)
         metrics = LiveMetrics()
         driver = LiveDriver(
             SlurmBackend(partition=partition), scheduler, JobStore(state_db), seed=seed,
-            slurm_powers_nodes=power == "slurm", gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics,
+            slurm_powers_nodes=power == "slurm", power_manager=manager, allow_resize=allow_resize,
+            gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics,
         )  # fmt: skip
         if metrics_port:
             metrics.serve(metrics_port, metrics_address)

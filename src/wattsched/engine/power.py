@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
 from ..policies.contract import PowerManager
-from ..policies.power import powered_free_gpus
+from ..policies.power import BlockedWatch
 
 if TYPE_CHECKING:
     from .temporal import Simulator
@@ -53,8 +53,7 @@ class NodePower:
         self.end_time = 0.0
         self.booting_gpus = 0.0
         self.power_epoch = 0
-        self._last_plan_queue = 0
-        self._last_plan_counts: tuple = ()
+        self.watch = BlockedWatch()
 
     def start(self, sim: Simulator) -> None:
         self.sim = sim
@@ -82,18 +81,7 @@ class NodePower:
         sim = self.sim
         if sim.check:
             self.check_invariants()
-        queued = sim.queue_length
-        if queued and self.counts[OFF]:
-            # Re-plan only when work arrived or power states changed: freed capacity or started jobs never
-            # call for more boots.
-            counts = tuple(self.counts)
-            if queued > self._last_plan_queue or counts != self._last_plan_counts:
-                self.manager.on_blocked(sim.view, sim.actions_for_power)
-                self._last_plan_counts = tuple(self.counts)
-        # Tracked on every batch: a queue that drained and refills must count as new work.
-        self._last_plan_queue = queued
-        if sim.keep_free_gpus > 0 and self.counts[OFF] and powered_free_gpus(sim.view) < sim.keep_free_gpus:
-            self.manager.on_headroom_short(sim.view, sim.actions_for_power)
+        self.watch.batch_end(self.manager, sim.view, sim.actions_for_power, lambda: self.counts)
 
     def finish(self, now: float) -> None:
         self.end_time = now

@@ -142,6 +142,29 @@ def keeping_headroom(view: ClusterView, nodes: list[int]) -> tuple[list[int], li
     return off, kept
 
 
+class BlockedWatch:
+    """When to call a manager's ``on_blocked`` and ``on_headroom_short`` at the end of a decision batch, for the
+    simulator's and the live backends' node power alike: re-plan boots only when work arrived or power states
+    changed (freed capacity or started jobs never call for more boots)."""
+
+    def __init__(self) -> None:
+        self._last_queue = 0
+        self._last_counts: tuple = ()
+
+    def batch_end(self, manager: PowerManager, view: ClusterView, actions: Actions, counts) -> None:
+        """`counts()`: nodes per power state now (called again after the manager acted)."""
+        queued = view.queue_length
+        if queued and counts()[OFF]:
+            now = tuple(counts())
+            if queued > self._last_queue or now != self._last_counts:
+                manager.on_blocked(view, actions)
+                self._last_counts = tuple(counts())
+        # Tracked on every batch: a queue that drained and refills must count as new work.
+        self._last_queue = queued
+        if view.keep_free_gpus > 0 and counts()[OFF] and powered_free_gpus(view) < view.keep_free_gpus:
+            manager.on_headroom_short(view, actions)
+
+
 def power_manager_from_config(name: str, config) -> PowerManager:
     """Build the named manager with its knobs from a power-state config (``engine.power.PowerStateConfig``)."""
     factory = POWER_MANAGERS.factory(name)

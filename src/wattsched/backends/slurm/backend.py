@@ -1,6 +1,6 @@
 """Slurm as a live backend: observe with ``sinfo --json`` and ``squeue --json``, act with ``scontrol``.
 
-Facts this relies on (Debian slurm-wlm 22.05, OpenAPI data v0.0.38; docs/live-slurm.md §4):
+Facts this relies on (Debian slurm-wlm 22.05, OpenAPI data v0.0.38; docs/live-slurm.md §2.6):
 
 * ``sinfo --json`` lists ``nodes`` with ``name``, ``state`` (idle, mixed, allocated, down, ...), ``state_flags``
   (``POWERED_DOWN``, ``POWERING_UP``, ``POWERING_DOWN``, ``DRAIN``, ``NOT_RESPONDING``, ...), ``cpus``,
@@ -10,8 +10,12 @@ Facts this relies on (Debian slurm-wlm 22.05, OpenAPI data v0.0.38; docs/live-sl
   ``node_count``, ``tres_per_node`` (``gres:gpu:a100:2``), ``cpus``, ``memory_per_node``, ``submit_time``
   (epoch s) and ``time_limit`` (minutes);
 * a held job is started where wattsched places it by ``scontrol update jobid=N nodelist=...`` then
-  ``scontrol release N``; ``scontrol requeuehold N`` puts a running job back, held; nodes change power with
-  ``scontrol update nodename=... state=power_up|power_down``.
+  ``scontrol release N``; ``scontrol requeuehold N`` puts a running job back, held (``COMPLETING`` with the hold
+  reason while its run ends, then ``PENDING``, its ``eligible_time`` pushed about 121 s ahead, ``restart_cnt``
+  counted); ``StartTime=now`` takes that back, once the job is ``PENDING``; ``NumNodes=K-K`` and
+  ``TresPerNode=gres:gpu:TYPE:G`` change a held job's shape (the lower-case ``tres_per_node=`` is refused);
+* nodes change power with ``scontrol update nodename=... state=power_up|power_down``; ``sinfo`` shows the
+  request first (``POWER_DOWN``, ``POWER_UP``), then ``POWERING_DOWN``, ``POWERED_DOWN`` and back.
 
 Every command is an argument list (never a shell string) and is retried; a failure or unreadable output raises
 :class:`~..base.BackendError` naming the command and the tail of its stderr. An unreadable record inside readable
@@ -45,6 +49,7 @@ from ..base import (
     JobObs,
     NodeObs,
     Observation,
+    StartRequest,
 )
 
 log = logging.getLogger("wattsched.slurm")
@@ -133,9 +138,10 @@ def node_obs(raw: Mapping[str, Any]) -> NodeObs:
     state = _state(raw.get("state")).upper()
     flags |= set(state.split("+")[1:])
     base = state.split("+")[0]
+    # POWER_DOWN / POWER_UP: asked for (by scontrol or SuspendTime), not yet under way; no job goes there meanwhile.
     if "POWERED_DOWN" in flags:
-        power = NODE_POWERING_UP if "POWERING_UP" in flags else NODE_OFF
-    elif "POWERING_DOWN" in flags:
+        power = NODE_POWERING_UP if flags & {"POWERING_UP", "POWER_UP"} else NODE_OFF
+    elif flags & {"POWERING_DOWN", "POWER_DOWN"}:
         power = NODE_POWERING_DOWN
     elif "POWERING_UP" in flags:
         power = NODE_POWERING_UP
@@ -158,8 +164,12 @@ def job_obs(raw: Mapping[str, Any]) -> JobObs:
     state = _state(raw.get("job_state")).upper()
     reason = str(raw.get("state_reason") or "")
     held = state == "PENDING" and reason in HELD_REASONS
+    # `scontrol requeuehold` shows COMPLETING + a hold reason while the old run winds down: held again already.
+    ending = state == "COMPLETING" and reason in HELD_REASONS
     nodes: tuple[str, ...] = ()
-    if state in _FINISHED:
+    if ending:
+        kind, held = JOB_WAITING, True
+    elif state in _FINISHED:
         kind = JOB_FINISHED
     elif state in _RUNNING:
         kind = JOB_RUNNING
@@ -185,7 +195,25 @@ def job_obs(raw: Mapping[str, Any]) -> JobObs:
         time_limit_s=limit_min * 60.0,
         nodes=nodes,
         held=held,
+        ending=ending,
+        restarts=int(_number(raw.get("restart_cnt"), 0)),
+        eligible_s=_number(raw.get("eligible_time"), 0.0),
     )
+
+
+def pin_args(start: StartRequest) -> list[str]:
+    """``scontrol update`` pinning a held job to its nodes; a resize sets its node count and GPUs per node in the
+    same call, and a requeued job's begin time (pushed back by the requeue) is reset to now."""
+    argv = ["scontrol", "update", f"jobid={start.job_id}"]
+    if start.gpus_per_node is not None:
+        gres = ":".join(
+            ["gres", "gpu", *([start.gpu_type] if start.gpu_type else []), str(start.gpus_per_node)]
+        )
+        argv += [f"NumNodes={len(start.nodes)}-{len(start.nodes)}", f"TresPerNode={gres}"]
+    argv.append(f"nodelist={','.join(start.nodes)}")
+    if start.clear_begin:
+        argv.append("StartTime=now")
+    return argv
 
 
 class SlurmBackend:
@@ -259,16 +287,17 @@ class SlurmBackend:
                 warnings.append(msg)
         return out
 
-    def start_many(self, starts: Sequence[tuple[str, Sequence[str]]]) -> dict[str, BackendError]:
-        """Pin each job to its nodes, then release them all with one ``scontrol release`` (per job if that fails)."""
+    def start_many(self, starts: Sequence[StartRequest]) -> dict[str, BackendError]:
+        """Pin each job to its nodes (with its new shape, for a resize), then release them all with one
+        ``scontrol release`` (per job if that fails)."""
         failed: dict[str, BackendError] = {}
         pinned = []
-        for job_id, nodes in starts:
+        for start in starts:
             try:
-                self._run(["scontrol", "update", f"jobid={job_id}", f"nodelist={','.join(nodes)}"])
-                pinned.append(job_id)
+                self._run(pin_args(start))
+                pinned.append(start.job_id)
             except BackendError as exc:
-                failed[job_id] = exc
+                failed[start.job_id] = exc
         if not pinned:
             return failed
         try:

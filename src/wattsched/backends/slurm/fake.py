@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from ..base import BackendError
 from .backend import expand_hostlist
 
+REQUEUE_BEGIN_DELAY_S = (
+    121.0  # what slurmctld 22.05 did to a job's eligible time on `scontrol requeuehold` here
+)
+
 
 @dataclass
 class FakeNode:
@@ -44,6 +48,8 @@ class FakeJob:
     start_time: float | None = None
     released_at: float | None = None
     comment: str = ""
+    restarts: int = 0
+    begin_at: float = 0.0  # may start from then (a requeue pushes it back, as Slurm does)
     releases: int = 0  # how often it was let go: more than once without a requeue would be a double start
 
 
@@ -86,6 +92,8 @@ class FakeSlurm:
             if node.wake_at is not None and self.now >= node.wake_at:
                 node.powered, node.wake_at = True, None
         for job in sorted(self._released(), key=lambda j: (j.released_at, j.job_id)):
+            if self.now < job.begin_at:
+                continue
             targets = [self.nodes[n] for n in job.required]
             if any(not n.powered for n in targets):
                 for n in targets:
@@ -143,6 +151,7 @@ class FakeSlurm:
                 "tres_per_node": f"gres:gpu:{j.model}:{j.gpus_per_node}", "cpus": j.num_nodes,
                 "memory_per_node": None, "submit_time": int(j.submit_time), "time_limit": j.time_limit_min,
                 "partition": "main", "gres_detail": [], "comment": j.comment,
+                "restart_cnt": j.restarts, "eligible_time": int(max(j.begin_at, j.submit_time)),
             })  # fmt: skip
         return json.dumps({"jobs": jobs})
 
@@ -154,18 +163,8 @@ class FakeSlurm:
 
     def _scontrol(self, args: list[str]) -> str:
         verb = args[0]
-        if verb == "update" and args[1].startswith("jobid=") and args[2].startswith("comment="):
-            self._job(args[1].split("=", 1)[1]).comment = args[2].split("=", 1)[1]
-        elif verb == "update" and args[1].startswith("jobid="):
-            job = self._job(args[1].split("=", 1)[1])
-            nodes = expand_hostlist(args[2].split("=", 1)[1])
-            if (
-                job.state != "PENDING"
-                or any(n not in self.nodes for n in nodes)
-                or len(nodes) != job.num_nodes
-            ):
-                raise BackendError(f"`scontrol {' '.join(args)}` exited 1: Invalid node name specified")
-            job.required = nodes
+        if verb == "update" and args[1].startswith("jobid="):
+            self._update_job(self._job(args[1].split("=", 1)[1]), args)
         elif verb == "update" and args[1].startswith("nodename="):
             names = expand_hostlist(args[1].split("=", 1)[1])
             for name in names:
@@ -187,9 +186,34 @@ class FakeSlurm:
                 for n in job.nodes:
                     self.nodes[n].used -= job.gpus_per_node
             job.state, job.held, job.nodes, job.required = "PENDING", True, [], []
+            job.restarts += 1
+            job.begin_at = self.now + REQUEUE_BEGIN_DELAY_S
         else:
             raise BackendError(f"`scontrol {' '.join(args)}`: not a call the fake knows")
         return ""
+
+    def _update_job(self, job: FakeJob, args: list[str]) -> None:
+        """``scontrol update jobid=N key=value...`` for the keys the backend sets, as 22.05 takes them."""
+        fields = dict(a.split("=", 1) for a in args[2:])
+        if "comment" in fields:
+            job.comment = fields.pop("comment")
+        if fields and job.state != "PENDING":
+            raise BackendError(f"`scontrol {' '.join(args)}` exited 1: Job is no longer pending execution")
+        if "NumNodes" in fields:
+            job.num_nodes = int(fields.pop("NumNodes").split("-")[0])
+        if "TresPerNode" in fields:
+            job.gpus_per_node = int(fields.pop("TresPerNode").rsplit(":", 1)[1])
+        if "nodelist" in fields:
+            nodes = expand_hostlist(fields.pop("nodelist"))
+            if any(n not in self.nodes for n in nodes) or len(nodes) != job.num_nodes:
+                raise BackendError(f"`scontrol {' '.join(args)}` exited 1: Invalid node name specified")
+            job.required = nodes
+        if fields.pop("StartTime", None) == "now":
+            job.begin_at = self.now
+        if fields:
+            raise BackendError(
+                f"`scontrol {' '.join(args)}`: not a field the fake knows: {', '.join(fields)}"
+            )
 
     def _scancel(self, args: list[str]) -> str:
         job = self._job(args[0])

@@ -43,6 +43,7 @@ from ...core.errors import WattschedError
 MARKER = "WATTSCHED_SLURM_TESTBED"  # set in every testbed process's environment; its value is the base dir
 BINARIES = ("slurmctld", "slurmd", "munged", "sinfo", "sbatch", "scontrol", "squeue", "scancel", "setsid")
 MANIFEST = "testbed.json"
+AGENT_PORT_FILE = "etc/agent-port"  # under the base dir: its presence turns the job prolog/epilog hook on
 NVIDIA_MAJOR = 195  # the character-device major number of /dev/nvidiaN
 STEP_COMMANDS = ("slurmstepd", "srun")  # orphaned to us by job steps; reaped by name (see LocalSlurm.reap)
 NEVER_S = 365 * 86400  # SuspendTime standing for "no automatic power-down"
@@ -86,6 +87,18 @@ for node in $({scontrol} show hostnames "$1"); do
     kill "$pid" 2>/dev/null || true
   fi
 done
+"""
+
+# Prolog/Epilog (PrologFlags=Alloc: on every node of a job, at allocation). Every job of every live test runs
+# them, so they do nothing unless DIR/etc/agent-port names a node agent's port (LocalSlurm.set_agent_port).
+# slurmd gives them no PATH; they must never fail, or slurmd drains the node.
+_JOB_HOOK = """\
+#!/bin/sh
+[ -f {agent_port} ] || exit 0
+read -r port < {agent_port}
+export SLURM_CONF={conf} PATH={path}
+{python_sh} -m wattsched.cli.main agent-job {phase} --port "$port" >> {agent_log} 2>&1
+exit 0
 """
 
 
@@ -321,6 +334,14 @@ class LocalSlurm:
             if key != "SLURM_CONF":
                 del env[key]  # a job step's own variables would leak into our commands
         return env
+
+    def set_agent_port(self, port: int | None) -> None:
+        """Have each job's prolog/epilog call ``wattsched agent-job start|end --port PORT`` (None: stop)."""
+        path = self.base / AGENT_PORT_FILE
+        if port is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(f"{int(port)}\n")
 
     @property
     def jobs_dir(self) -> Path:
@@ -591,10 +612,16 @@ class LocalSlurm:
             "slurmd": self._bins["slurmd"],
             "wrapper": shlex.quote(str(base / "bin" / "nomask")),
             "python": sys.executable,
+            "python_sh": shlex.quote(sys.executable),
+            "agent_port": shlex.quote(str(base / AGENT_PORT_FILE)),
+            "agent_log": shlex.quote(str(base / "log" / "agent-job.log")),
+            "path": shlex.quote(f"{Path(self._bins['scontrol']).parent}:/usr/sbin:/usr/bin:/sbin:/bin"),
         }
-        for name, text in (("nomask", _WRAPPER), ("resume.sh", _RESUME), ("suspend.sh", _SUSPEND)):
+        scripts = [("nomask", _WRAPPER), ("resume.sh", _RESUME), ("suspend.sh", _SUSPEND)]
+        scripts += [("prolog.sh", _JOB_HOOK), ("epilog.sh", _JOB_HOOK)]
+        for name, text in scripts:
             path = base / "bin" / name
-            path.write_text(text.format(**fmt))
+            path.write_text(text.format(**fmt, phase="start" if name == "prolog.sh" else "end"))
             path.chmod(0o755)
         (base / "etc" / "slurm.conf").write_text(self._slurm_conf())
         last = self.gpus_per_node - 1
@@ -645,8 +672,15 @@ class LocalSlurm:
             "SlurmdParameters=config_overrides",  # lets each node claim more CPUs than the host has
             "ReturnToService=2",
             "SchedulerType=sched/backfill",
+            # Start released jobs at once (batch_sched_delay, 3 s by default) and run the backfill pass every
+            # second (bf_interval, 30 s by default): after a slurmctld restart only backfill starts jobs released
+            # onto nodes whose jobs ended while it was down, so the default left them pending for 30 s.
+            "SchedulerParameters=batch_sched_delay=0,bf_interval=1",
             "PropagateResourceLimits=NONE",
             "KillWait=2",
+            f"Prolog={b}/bin/prolog.sh",
+            f"Epilog={b}/bin/epilog.sh",
+            "PrologFlags=Alloc",  # without it a batch job's prolog runs only on its first node
             f"SuspendProgram={b}/bin/suspend.sh",
             f"ResumeProgram={b}/bin/resume.sh",
             f"SuspendTime={suspend}",
