@@ -179,3 +179,18 @@ def simulate_energy(
     out = sim.run()
     sim.integrator = integrator
     return sim, out, accountant, power
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """One line saying whether the live Slurm tests ran (CI's output must show it; docs/live-slurm.md §2)."""
+    outcomes = {"passed": 0, "failed": 0, "skipped": 0}
+    for outcome in outcomes:
+        for report in terminalreporter.stats.get(outcome, []):
+            counted = report.when == "call" or (report.when == "setup" and outcome != "passed")
+            if counted and "slurm" in getattr(report, "keywords", {}):
+                outcomes[outcome] += 1
+    if any(outcomes.values()):
+        terminalreporter.write_line(
+            "live Slurm tests (tests/live, real local Slurm): "
+            f"{outcomes['passed']} passed, {outcomes['failed']} failed, {outcomes['skipped']} skipped"
+        )
