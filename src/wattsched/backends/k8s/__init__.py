@@ -1,0 +1,1 @@
+"""Kubernetes backends: the scheduler extender and the custom scheduler (docs/live-kubernetes.md)."""
