@@ -174,3 +174,114 @@ def check(
     )
     if not same:
         raise typer.Exit(1)
+
+
+def _k8s_common(placement: str, kubeconfig: str | None, offline: str | None, workload: str | None, seed: int,
+                log_level: str):  # fmt: skip
+    from ..backends.k8s.connect import connect
+    from ..policies.base import PLACEMENT_POLICIES
+    from ..workloads.catalog import load_workload
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    policy = PLACEMENT_POLICIES.create(placement)
+    jobs = load_workload(workload).jobs if workload else None
+    api, where = connect(kubeconfig, offline)
+    return policy, jobs, api, where
+
+
+_K8S_OPTIONS = {
+    "kubeconfig": typer.Option(help="kubeconfig file (default: in-cluster, else ~/.kube/config)"),
+    "offline": typer.Option(
+        help="no API server: serve an in-memory cluster, a wattsched cluster name (default, alibaba-v2023, "
+        "PATH.yaml) or a v1.NodeList JSON file; bindings go nowhere"
+    ),
+    "workload": typer.Option(
+        help="the workload FGD's typical pods come from (e.g. alibaba-v2023/default, PATH.csv); default: the "
+        "pods listed at start"
+    ),
+}
+
+
+@serve_app.command("k8s-extender")
+def k8s_extender(
+    placement: Annotated[
+        str, typer.Option(help="placement policy, e.g. fgd, pwr_200_fgd_800, best-fit")
+    ] = "fgd",
+    host: Annotated[str, typer.Option(help="address to listen on (kube-scheduler beside it: 127.0.0.1)")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="port (0: any free port)", min=0, max=65535)] = 8888,
+    prefix: Annotated[str, typer.Option(help="URL prefix of the verbs (the urlPrefix's path)")] = "/energy",
+    tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM); with --tls-key")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="largest request body accepted", min=1024)] = 32 * 2**20,
+    kubeconfig: Annotated[str | None, _K8S_OPTIONS["kubeconfig"]] = None,
+    offline: Annotated[str | None, _K8S_OPTIONS["offline"]] = None,
+    workload: Annotated[str | None, _K8S_OPTIONS["workload"]] = None,
+    seed: Annotated[
+        int, typer.Option(help="seed of the policy's tie-break node order (as in simulate)")
+    ] = 42,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """A kube-scheduler extender: POST <prefix>/filter, /prioritize and /bind score and bind pods with a wattsched
+    placement policy (docs/live-kubernetes.md)."""
+    from ..backends.k8s.extender import Extender, ExtenderServer
+    from ..backends.k8s.watcher import ClusterWatcher
+
+    with user_errors():
+        if bool(tls_cert) != bool(tls_key):
+            raise typer.BadParameter("--tls-cert and --tls-key go together")
+        policy, jobs, api, where = _k8s_common(placement, kubeconfig, offline, workload, seed, log_level)
+        watcher = ClusterWatcher(api, policy, seed=seed, workload=jobs)
+        stop = threading.Event()
+        server = ExtenderServer(Extender(watcher), host, port, prefix, max_body_bytes,
+                                str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None)  # fmt: skip
+        threads = watcher.start(stop)
+        server.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        scheme = "https" if server.tls else "http"
+        console.print(f"wattsched k8s-extender ({policy.name}) on {scheme}://{host}:{server.port}"
+                      f"{'/' + prefix.strip('/') if prefix.strip('/') else ''}/{{filter,prioritize,bind}}; "
+                      f"cluster: {where}", highlight=False)  # fmt: skip
+        stop.wait()
+        server.stop()
+        for t in threads:
+            t.join(timeout=2)
+
+
+@serve_app.command("k8s-scheduler")
+def k8s_scheduler(
+    placement: Annotated[
+        str, typer.Option(help="placement policy, e.g. fgd, pwr_200_fgd_800, best-fit")
+    ] = "fgd",
+    scheduler_name: Annotated[str, typer.Option(help="the spec.schedulerName of the pods it places")] = (
+        "energy-aware"
+    ),
+    events: Annotated[
+        bool, typer.Option("--events/--no-events", help="post Scheduled/FailedScheduling")
+    ] = True,
+    kubeconfig: Annotated[str | None, _K8S_OPTIONS["kubeconfig"]] = None,
+    offline: Annotated[str | None, _K8S_OPTIONS["offline"]] = None,
+    workload: Annotated[str | None, _K8S_OPTIONS["workload"]] = None,
+    seed: Annotated[
+        int, typer.Option(help="seed of the policy's tie-break node order (as in simulate)")
+    ] = 42,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """A custom Kubernetes scheduler: binds the pending pods whose spec.schedulerName is --scheduler-name where a
+    wattsched placement policy puts them (docs/live-kubernetes.md)."""
+    from ..backends.k8s.scheduler import CustomScheduler
+
+    with user_errors():
+        policy, jobs, api, where = _k8s_common(placement, kubeconfig, offline, workload, seed, log_level)
+        scheduler = CustomScheduler(api, policy, scheduler_name, seed=seed, workload=jobs, post_events=events)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        console.print(f"wattsched k8s-scheduler '{scheduler_name}' ({policy.name}); cluster: {where}",
+                      highlight=False)  # fmt: skip
+        scheduler.run(stop)
+        console.print(
+            f"bound {scheduler.stats.bound} pods, {scheduler.stats.conflicts} conflicts", highlight=False
+        )
