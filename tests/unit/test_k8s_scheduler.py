@@ -246,3 +246,33 @@ def test_nodes_map_with_gpu_models_from_labels():
     not_ready = make_node("r", 4)
     not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     assert node_info(not_ready).schedulable is False
+
+
+@pytest.mark.realdata
+def test_the_custom_scheduler_reproduces_fgd_on_the_alibaba_default_trace():
+    """The 8,152 pods of the Alibaba v2023 default trace as pod events, in packing mode's order (seed 42, no
+    inflation): every pod the simulator places is bound to the same node and GPUs, the others wait."""
+    from tests.conftest import require_real_file
+    from wattsched.engine.packing import arrival_order
+    from wattsched.experiments.fgd_pwr import trace_inputs
+
+    require_real_file("alibaba-gpu-v2023", "csv/openb_pod_list_default.csv")
+    inputs = trace_inputs("default")
+    jobs, spec = inputs.jobs, inputs.cluster
+    seeds = np.random.SeedSequence(42).spawn(3)
+    order = arrival_order(jobs, spec, 0.0, True, np.random.default_rng(seeds[0]))
+    sim = run_packing(jobs, spec, PLACEMENT_POLICIES.create("fgd"), np.random.default_rng(seeds[0]),
+                      np.random.default_rng(seeds[1]), inflate=0.0)  # fmt: skip
+    assert np.array_equal(sim.order, order) and sim.order.size == 8152
+    api = FakeCoreV1Api(nodes_of(spec))
+    sched = _scheduler(api, "fgd", workload=jobs)
+    sched.sync()
+    for pod in pods_of(jobs, order.tolist()):
+        api.add_pod(pod)
+    sched.sync()
+    assert sched.stats.bound == int(sim.placed.sum())
+    for k, placement in enumerate(sim.placements):
+        got = sched.placements.get(f"uid-default-pod-{k:06d}")
+        assert (got is None) == (placement is None), k
+        if got is not None:
+            assert got[0] == str(spec.node_names[placement[0][0]]) and got[1][0][1] == placement[0][1], k
