@@ -190,6 +190,9 @@ def _k8s_common(placement: str, kubeconfig: str | None, offline: str | None, wor
 
 
 _K8S_OPTIONS = {
+    "placement": typer.Option(help="placement policy, e.g. fgd, pwr_200_fgd_800, best-fit"),
+    "seed": typer.Option(help="seed of the policy's tie-break node order (as in simulate)"),
+    "log_level": typer.Option(help="DEBUG, INFO, WARNING"),
     "kubeconfig": typer.Option(help="kubeconfig file (default: in-cluster, else ~/.kube/config)"),
     "offline": typer.Option(
         help="no API server: serve an in-memory cluster, a wattsched cluster name (default, alibaba-v2023, "
@@ -204,9 +207,7 @@ _K8S_OPTIONS = {
 
 @serve_app.command("k8s-extender")
 def k8s_extender(
-    placement: Annotated[
-        str, typer.Option(help="placement policy, e.g. fgd, pwr_200_fgd_800, best-fit")
-    ] = "fgd",
+    placement: Annotated[str, _K8S_OPTIONS["placement"]] = "fgd",
     host: Annotated[str, typer.Option(help="address to listen on (kube-scheduler beside it: 127.0.0.1)")] = (
         "127.0.0.1"
     ),
@@ -218,10 +219,8 @@ def k8s_extender(
     kubeconfig: Annotated[str | None, _K8S_OPTIONS["kubeconfig"]] = None,
     offline: Annotated[str | None, _K8S_OPTIONS["offline"]] = None,
     workload: Annotated[str | None, _K8S_OPTIONS["workload"]] = None,
-    seed: Annotated[
-        int, typer.Option(help="seed of the policy's tie-break node order (as in simulate)")
-    ] = 42,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    seed: Annotated[int, _K8S_OPTIONS["seed"]] = 42,
+    log_level: Annotated[str, _K8S_OPTIONS["log_level"]] = "INFO",
 ) -> None:
     """A kube-scheduler extender: POST <prefix>/filter, /prioritize and /bind score and bind pods with a wattsched
     placement policy (docs/live-kubernetes.md)."""
@@ -252,9 +251,7 @@ def k8s_extender(
 
 @serve_app.command("k8s-scheduler")
 def k8s_scheduler(
-    placement: Annotated[
-        str, typer.Option(help="placement policy, e.g. fgd, pwr_200_fgd_800, best-fit")
-    ] = "fgd",
+    placement: Annotated[str, _K8S_OPTIONS["placement"]] = "fgd",
     scheduler_name: Annotated[str, typer.Option(help="the spec.schedulerName of the pods it places")] = (
         "energy-aware"
     ),
@@ -264,10 +261,8 @@ def k8s_scheduler(
     kubeconfig: Annotated[str | None, _K8S_OPTIONS["kubeconfig"]] = None,
     offline: Annotated[str | None, _K8S_OPTIONS["offline"]] = None,
     workload: Annotated[str | None, _K8S_OPTIONS["workload"]] = None,
-    seed: Annotated[
-        int, typer.Option(help="seed of the policy's tie-break node order (as in simulate)")
-    ] = 42,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    seed: Annotated[int, _K8S_OPTIONS["seed"]] = 42,
+    log_level: Annotated[str, _K8S_OPTIONS["log_level"]] = "INFO",
 ) -> None:
     """A custom Kubernetes scheduler: binds the pending pods whose spec.schedulerName is --scheduler-name where a
     wattsched placement policy puts them (docs/live-kubernetes.md)."""

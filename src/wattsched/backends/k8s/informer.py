@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -122,7 +123,9 @@ class Informer:
             try:
                 if not self.resource_version:
                     self.list()
-                self.watch_once()
+                started = time.monotonic()
+                if self.watch_once() == 0 and time.monotonic() - started < 1.0:
+                    stop.wait(1.0)  # a watch that ends at once with nothing (the in-memory API): no busy loop
             except Exception as exc:
                 log.warning("%s informer: %s; retrying in %.0f s", self.kind, exc, retry_s)
                 self.resource_version = "" if api_status(exc) == GONE else self.resource_version
