@@ -24,6 +24,7 @@ JSON is skipped and reported in ``Observation.warnings``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -84,6 +85,12 @@ def subprocess_runner(env: Mapping[str, str] | None = None, timeout_s: float = 3
 
 def expand_hostlist(text: str) -> list[str]:
     """Slurm host list syntax: ``gpu[1-3,5],cpu01`` -> gpu1, gpu2, gpu3, gpu5, cpu01 (zero padding kept)."""
+    return list(_expand_hostlist(text or ""))
+
+
+# An observation repeats the same few thousand host lists: each is parsed once.
+@functools.lru_cache(maxsize=65536)
+def _expand_hostlist(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for prefix, ranges, plain in re.findall(r"([^,\[\]]+)\[([^\]]+)\]|([^,\[\]]+)", text or ""):
         if plain:
@@ -94,9 +101,10 @@ def expand_hostlist(text: str) -> list[str]:
             width = len(lo)
             for k in range(int(lo), int(hi or lo) + 1):
                 out.append(f"{prefix}{k:0{width}d}")
-    return [h for h in out if h]
+    return tuple(h for h in out if h)
 
 
+@functools.lru_cache(maxsize=4096)  # a handful of distinct GRES strings across thousands of records
 def parse_gres(text: str) -> tuple[str, int]:
     """(GPU type, count) of a gres/tres string such as ``gres:gpu:a100:2`` or ``gpu:4(S:0)``; ("", 0) without GPUs."""
     for item in (text or "").split(","):
@@ -115,7 +123,12 @@ def parse_gres(text: str) -> tuple[str, int]:
 
 def _number(value: Any, default: float) -> float:
     """A v0.0.38 number, or a later version's ``{"set", "infinite", "number"}`` object."""
-    if isinstance(value, dict):
+    kind = value.__class__
+    if kind is int or kind is float:  # the common case, first: thousands of records, several numbers each
+        return float(value)
+    if value is None:
+        return default
+    if kind is dict:
         if value.get("infinite"):
             return math.inf
         if not value.get("set", True):
