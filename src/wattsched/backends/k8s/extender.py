@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import ssl
 import threading
 import time
@@ -83,7 +84,8 @@ def _node_names(args: Mapping[str, Any]) -> tuple[list[str], bool]:
         raise BadRequest(400, "ExtenderArgs.Nodes must be a v1.NodeList with an 'items' list")
     out = []
     for item in items:
-        name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
         if not isinstance(name, str) or not name:
             raise BadRequest(400, "ExtenderArgs.Nodes.items: every node needs metadata.name")
         out.append(name)
@@ -141,14 +143,18 @@ class Extender:
             return {
                 "Error": f"wattsched: pod {key} is not pending in its view of the cluster (not listed yet?)"
             }
-        placement = cluster.placement_on(pod, args["Node"])
-        if placement is None:
-            return {"Error": f"wattsched: pod {key} does not fit on node {args['Node']} now"}
-        cluster.assume(pod, placement)
+        with cluster.lock:  # fit and count in one step: kube-scheduler binds several pods at once
+            assumed = pod.uid not in cluster.held  # held: bound a moment ago (the API will say whether again)
+            if assumed:
+                placement = cluster.placement_on(pod, args["Node"])
+                if placement is None:
+                    return {"Error": f"wattsched: pod {key} does not fit on node {args['Node']} now"}
+                cluster.assume(pod, placement)
         try:
             bind(self.watcher.api, pod, args["Node"])
         except Exception as exc:
-            cluster.forget(pod.uid)
+            if assumed:  # never release what an earlier bind of the pod holds
+                cluster.forget(pod.uid)
             status = api_status(exc)
             what = "conflict: the pod is already bound" if status == 409 else f"binding failed: {exc}"
             return {"Error": f"wattsched: {what}"}
@@ -175,15 +181,36 @@ def make_handler(extender: Extender, prefix: str, max_body_bytes: int) -> type[B
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # kube-scheduler keeps its connection open
+        # headers and body go out in two writes: with Nagle the body waits for the client's delayed ACK (~40 ms
+        # per answer on a kept-alive connection)
+        disable_nagle_algorithm = True
         timeout = 30  # seconds a client may take to send what its Content-Length promised
         server_version = "wattsched-extender"
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s %s", self.address_string(), format % args)
 
+        def handle(self) -> None:
+            if isinstance(self.connection, ssl.SSLSocket):  # the handshake here, in this connection's thread
+                try:
+                    self.connection.do_handshake()
+                except OSError as exc:  # ssl.SSLError, a timeout, a reset
+                    log.debug("TLS handshake with %s failed: %s", self.address_string(), exc)
+                    return
+            super().handle()
+
+        def parse_request(self) -> bool:
+            self.body_read = False
+            return super().parse_request()
+
         def _send(self, status: int, payload: Any) -> None:
             data = (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n"
+            length = (self.headers.get("Content-Length") or "").strip()
+            if not self.body_read and (self.headers.get("Transfer-Encoding") or length not in ("", "0")):
+                self.close_connection = True  # a body left unread would be taken for the next request
             self.send_response(status)
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.send_header(
                 "Content-Type", "application/json" if not isinstance(payload, bytes) else "text/plain"
             )
@@ -228,18 +255,21 @@ def make_handler(extender: Extender, prefix: str, max_body_bytes: int) -> type[B
             if ctype.split(";", 1)[0].strip().lower() not in ACCEPTED_TYPES:
                 raise BadRequest(415, f"Content-Type must be application/json, got {ctype or 'none'!r}")
             if self.headers.get("Transfer-Encoding"):
+                self.close_connection = True  # where the body ends is unknown
                 raise BadRequest(411, "send a Content-Length, not a chunked body")
-            length = self.headers.get("Content-Length")
-            if length is None or not length.strip().isdigit():
+            length = (self.headers.get("Content-Length") or "").strip()
+            if not re.fullmatch(r"[0-9]+", length):  # ASCII only: int() takes '²' and other digits too
+                self.close_connection = True
                 raise BadRequest(411, "Content-Length is required")
-            size = int(length)
-            if size > max_body_bytes:
+            if len(length) > 18 or int(length) > max_body_bytes:  # (int() refuses 4,301 digits and more)
                 self.close_connection = True  # the body is left unread
+                size = length if len(length) <= 18 else "over 10**18"
                 raise BadRequest(413, f"body of {size} bytes is over the limit of {max_body_bytes}")
-            raw = self.rfile.read(size)
+            raw = self.rfile.read(int(length))
+            self.body_read = True
             try:
                 return json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4,300 digits
                 raise BadRequest(400, f"body is not JSON: {exc}") from None
 
         def do_PUT(self) -> None:
@@ -273,7 +303,10 @@ class ExtenderServer:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(tls_cert, tls_key)
-            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+            # not in accept(): a client that never starts its handshake would hold up the whole server
+            self.httpd.socket = context.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.thread: threading.Thread | None = None
 
     @property
@@ -281,7 +314,9 @@ class ExtenderServer:
         return int(self.httpd.server_address[1])
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="k8s-extender", daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="k8s-extender", daemon=True
+        )
         self.thread.start()
 
     def stop(self) -> None:

@@ -57,7 +57,10 @@ def parse_quantity(value: Any, what: str) -> float:
     if isinstance(value, bool):
         raise PodError(f"{what}: {value!r} is not a quantity")
     if isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
     else:
         match = _QUANTITY.match(str(value).strip())
         if match is None:
@@ -124,6 +127,9 @@ def pod_request(pod: Any) -> PodRequest:
         cpu += parse_quantity(merged.get("cpu", 0), f"{where}: cpu")
         mem += parse_quantity(merged.get("memory", 0), f"{where}: memory")
         gpus += parse_quantity(merged.get(GPU_RESOURCE, 0), f"{where}: {GPU_RESOURCE}")
+    for what, total in (("cpu", cpu * MILLI), ("memory", mem), (GPU_RESOURCE, gpus)):
+        if not math.isfinite(total):  # finite quantities, but too large (their sum, or in milli-CPU)
+            raise PodError(f"{where}: {what} is too large")
     if gpus != int(gpus):
         raise PodError(f"{where}: {GPU_RESOURCE} must be a whole number, got {gpus:g}")
     num_gpu, gpu_milli = int(gpus), MILLI if gpus else 0
@@ -156,7 +162,7 @@ def pod_request(pod: Any) -> PodRequest:
 
 def _int_annotation(annotations: Mapping[str, Any], key: str, where: str, low: int, high: int) -> int:
     text = str(annotations[key]).strip()
-    if not re.fullmatch(r"\d+", text) or not low <= int(text) <= high:
+    if not re.fullmatch(r"\d{1,18}", text) or not low <= int(text) <= high:  # int() refuses 4,301 digits
         raise PodError(
             f"{where}: annotation {key}={annotations[key]!r} must be a whole number in {low}..{high}"
         )
