@@ -6,8 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
+from ..experiments.config import SimulationConfig
 from .common import console, progress_bar, user_errors
+from .options import config_options, parse_key_values
 
 experiment_app = typer.Typer(
     help="Reproduction experiments (policy x seed grids) with tables and plots.", no_args_is_help=True
@@ -18,6 +21,15 @@ experiment_app = typer.Typer(
 WorkersOption = Annotated[int | None, typer.Option(help="worker processes [default: all cores]")]
 DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
+# The column mapping of a CSV workload: the same option as `simulate --columns`, from the same config field.
+_COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("columns",))
+ColumnsOption = Annotated[
+    list[str] | None, typer.Option(_COLUMNS.flag, help=escape(_COLUMNS.help), metavar=_COLUMNS.metavar)
+]
+
+
+def column_mapping(items: list[str] | None) -> dict[str, str]:
+    return parse_key_values(items or [], _COLUMNS.flag, _COLUMNS.metavar)
 
 
 def parse_numbers(text: str, kind: type, option: str, example: str) -> list:
@@ -97,6 +109,7 @@ def powerflow(
         str, typer.Option(help="idle-node power manager for every run: always-on | idle-timeout | forecast")
     ] = "always-on",
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/powerflow"),
+    columns: ColumnsOption = None,
     workers: WorkersOption = None,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
@@ -116,6 +129,7 @@ def powerflow(
             parse_caps(caps),
             power_manager,
             data_dir,
+            column_mapping(columns),
         )
         with progress_bar(f"powerflow {workload}", enabled=not quiet) as progress:
             result = run_experiment(
@@ -151,6 +165,7 @@ def eaco(
         float, typer.Option(help="prediction noise: std. dev. of a shared job's true speed around the model")
     ] = 0.05,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/eaco"),
+    columns: ColumnsOption = None,
     workers: WorkersOption = None,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
@@ -166,6 +181,7 @@ def eaco(
             result = run_experiment(
                 nodes=sizes, seeds=seeds, policies=names, workload=workload, max_jobs=max_jobs or None,
                 noise=noise, out=out, workers=workers, data_dir=data_dir, progress=progress,
+                columns=column_mapping(columns),
             )  # fmt: skip
     s = result.summary
     console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
@@ -203,6 +219,7 @@ def cedla(
         int | None, typer.Option(help="keep the first N training jobs by submission (0: all)", min=0)
     ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/cedla"),
+    columns: ColumnsOption = None,
     price_csv: Annotated[
         str | None,
         typer.Option(help="your own market: hourly CSV (time, price_usd_per_mwh) instead of --region"),
@@ -232,6 +249,7 @@ def cedla(
                 cluster=cluster, deadline_slack=deadline_slack, services=services, max_jobs=max_jobs or None,
                 out=out, workers=workers, data_dir=data_dir, progress=progress,
                 signals=Signals(price_csv, carbon_csv, signal_tz, signal_fill, signal_max_gap_hours),
+                columns=column_mapping(columns),
             )  # fmt: skip
     for reg, e in result.summary["per"].items():
         for p, r in e["policies"].items():
@@ -273,6 +291,7 @@ def hkbu_dvfs(
         float, typer.Option(help="trace deadlines at submit + slack x duration (reconstructed)")
     ] = 3.0,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-dvfs"),
+    columns: ColumnsOption = None,
     workers: WorkersOption = None,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
@@ -288,7 +307,7 @@ def hkbu_dvfs(
                 out, models=parse_list(models), modes=parse_list(modes), utilisations=us, seeds=seeds, gpus=gpus,
                 gpus_per_node=gpus_per_node, theta=theta, workers=workers, progress=progress,
                 trace=None if trace == "none" else TraceSetup(
-                    trace, trace_cluster, trace_jobs or None, deadline_slack, data_dir
+                    trace, trace_cluster, trace_jobs or None, deadline_slack, data_dir, column_mapping(columns)
                 ),
                 trace_gpus=parse_list(trace_gpus),
             )  # fmt: skip

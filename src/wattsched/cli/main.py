@@ -15,6 +15,7 @@ from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
 from .agent import agent_command, agent_job_command
 from .common import console, progress_bar, user_errors
+from .compare import compare_command
 from .data import data_app
 from .experiment import experiment_app
 from .options import command_with_config_options
@@ -103,6 +104,7 @@ simulate = command_with_config_options(
     "write a run directory. Every setting of the config file is also a flag.",
 )
 app.command("simulate")(simulate)
+app.command("compare")(compare_command)
 app.command("agent")(agent_command)
 app.command("agent-job")(agent_job_command)
 

@@ -3,8 +3,9 @@
 Every leaf field of :class:`~wattsched.experiments.config.SimulationConfig` (nested models included) becomes an
 option named after the field (``round_s`` -> ``--round-s``; a nested field by its own name, e.g.
 ``power_states.boot_time_s`` -> ``--boot-time-s``), unless its metadata names another flag (``{"cli": "--jobs"}``).
-Booleans get ``--x/--no-x``. Mappings and lists are config-file only. Unset flags are None and leave the config
-file's or the default value alone.
+Booleans get ``--x/--no-x``. A ``dict[str, str]`` field is a repeatable ``--x KEY=VALUE`` option (items may also be
+comma-separated); other mappings and lists are config-file only. Unset flags are None and leave the config file's
+or the default value alone (a mapping given as flags is merged over the file's, key by key).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ class ConfigOption:
     path: tuple[str, ...]  # field path in the config, e.g. ("power_states", "boot_time_s")
     flag: str  # "--boot-time-s"
     param: str  # Python parameter name of the generated function
-    kind: type  # str, int, float or bool
+    kind: type  # str, int, float, bool, or dict (a str -> str mapping given as KEY=VALUE items)
     help: str
+    metavar: str | None = None
 
 
 def _unwrap(annotation: Any) -> tuple[Any, list[str] | None]:
@@ -42,6 +44,10 @@ def _unwrap(annotation: Any) -> tuple[Any, list[str] | None]:
     return annotation, None
 
 
+def _is_text_mapping(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is dict and typing.get_args(annotation) == (str, str)
+
+
 def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[ConfigOption]:
     out: list[ConfigOption] = []
     for name, info in model.model_fields.items():
@@ -50,8 +56,10 @@ def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             out += config_options(annotation, (*prefix, name))
             continue
-        if extra.get("cli_hidden") or annotation not in (str, int, float, bool, datetime):
-            continue  # mappings, lists: config file only
+        if _is_text_mapping(annotation):
+            annotation = dict
+        if extra.get("cli_hidden") or annotation not in (str, int, float, bool, datetime, dict):
+            continue  # other mappings, lists: config file only
         flag = extra.get("cli") or "--" + name.replace("_", "-")
         help_text = info.description or ""
         if choices and not help_text:
@@ -61,7 +69,8 @@ def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list
             help_text += f" [default: {default}]" if "[default" not in help_text else ""
         kind = str if annotation is datetime else annotation
         param = "opt_" + "_".join((*prefix, name))
-        out.append(ConfigOption((*prefix, name), flag, param, kind, help_text.strip()))
+        metavar = extra.get("cli_metavar")
+        out.append(ConfigOption((*prefix, name), flag, param, kind, help_text.strip(), metavar))
     flags = [o.flag for o in out]
     dup = {f for f in flags if flags.count(f) > 1}
     if dup:
@@ -71,9 +80,30 @@ def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list
 
 def _parameter(opt: ConfigOption) -> inspect.Parameter:
     decl = f"{opt.flag}/--no-{opt.flag[2:]}" if opt.kind is bool else opt.flag
+    kind = list[str] if opt.kind is dict else opt.kind  # KEY=VALUE items, parsed by overrides_from
     # Escaped: rich would read "[default: x]" as a style tag and drop it.
-    annotation = Annotated[opt.kind | None, typer.Option(decl, help=escape(opt.help), show_default=False)]
+    option = typer.Option(decl, help=escape(opt.help), show_default=False, metavar=opt.metavar)
+    annotation = Annotated[kind | None, option]
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+def parse_key_values(items: list[str], flag: str, metavar: str | None = None) -> dict[str, str]:
+    """``KEY=VALUE`` items (each may hold several, comma-separated) as a mapping; a malformed item or a key given
+    twice is a usage error naming the flag."""
+    from ..experiments.grid import parse_list
+
+    expected = metavar or "KEY=VALUE"
+    out: dict[str, str] = {}
+    for item in (part for text in items for part in parse_list(text)):
+        key, sep, value = (p.strip() for p in item.partition("="))
+        if not (sep and key and value):
+            raise typer.BadParameter(f"expected {expected}, got {item!r}", param_hint=f"'{flag}'")
+        if key in out:
+            raise typer.BadParameter(
+                f"{key} is given twice ({key}={out[key]} and {key}={value})", param_hint=f"'{flag}'"
+            )
+        out[key] = value
+    return out
 
 
 def overrides_from(options: list[ConfigOption], values: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +111,8 @@ def overrides_from(options: list[ConfigOption], values: dict[str, Any]) -> dict[
     out: dict[str, Any] = {}
     for opt in options:
         value = values.get(opt.param)
+        if opt.kind is dict and value is not None:
+            value = parse_key_values(value, opt.flag, opt.metavar) or None
         if value is None:
             continue
         node = out

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,10 +82,12 @@ class Setup:
     max_jobs: int | None
     data_dir: str | None
     signals: Signals = field(default_factory=Signals)
+    columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
 
     def config(self, policy: str, region: str) -> SimulationConfig:
         return SimulationConfig(
             workload=self.workload,
+            columns=self.columns,
             cluster=self.cluster,
             region=None if self.signals.own_market() else region,
             year=self.year,
@@ -194,6 +196,7 @@ def run_experiment(
     progress: ProgressFn | None = None,
     plots: bool = True,
     signals: Signals | None = None,
+    columns: Mapping[str, str] | None = None,
 ) -> ExperimentResult:
     """Every policy x region (or the user's own market of `signals.price_csv`); write results.csv, summary.md and
     the plots into `out`."""
@@ -215,6 +218,7 @@ def run_experiment(
         max_jobs,
         None if data_dir is None else str(data_dir),
         signals,
+        dict(columns or {}),
     )
     inputs = load_inputs(setup.config(names[0], regs[0]))  # fail early on missing data
     require_times(inputs, workload)

@@ -16,9 +16,10 @@ from ..workloads.traces import read_text_bytes
 from ..workloads.validate import one_line
 
 
-def cli(flag: str | None = None, hidden: bool = False) -> dict[str, Any]:
-    """Field metadata for the generated CLI: a flag name other than ``--<field-name>``, or no flag at all."""
-    return {"cli": flag, "cli_hidden": hidden}
+def cli(flag: str | None = None, hidden: bool = False, metavar: str | None = None) -> dict[str, Any]:
+    """Field metadata for the generated CLI: a flag name other than ``--<field-name>``, or no flag at all, and
+    the placeholder of its value in the help."""
+    return {"cli": flag, "cli_hidden": hidden, "cli_metavar": metavar}
 
 
 class SimulationConfig(BaseModel):
@@ -28,6 +29,12 @@ class SimulationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     workload: str = Field("synthetic", description="workload name (see `wattsched workloads`) or CSV path")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="generic job CSV with other column names: read wattsched's field FIELD from the file's "
+        "column COLUMN, e.g. submit_time=submission_time (repeat the flag, or separate items with commas)",
+        json_schema_extra=cli(metavar="FIELD=COLUMN"),
+    )
     cluster: str = Field("default", description="cluster name (see `wattsched clusters`) or YAML path")
     gpu_type: str | None = Field(
         None, description="GPU model for every node of a single-model cluster (e.g. T4 on n16g4)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,10 +74,12 @@ class Setup:
     max_jobs: int | None = DEFAULT_MAX_JOBS
     noise: float = DEFAULT_NOISE
     data_dir: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
 
     def config(self, policy: str, nodes: int, seed: int) -> SimulationConfig:
         return SimulationConfig(
             workload=self.workload,
+            columns=self.columns,
             cluster=CLUSTERS[nodes],
             max_jobs=self.max_jobs,
             data_dir=self.data_dir,
@@ -177,6 +179,7 @@ def run_experiment(
     data_dir: str | Path | None = None,
     progress: ProgressFn | None = None,
     plots: bool = True,
+    columns: Mapping[str, str] | None = None,
 ) -> ExperimentResult:
     """Every policy x cluster size x seed; write results.csv, summary.md and the plots into `out`."""
     from .run import load_inputs
@@ -188,7 +191,7 @@ def run_experiment(
         raise WattschedError(f"--seeds must be at least 1, got {seeds}")
     if not 0.0 <= noise <= 1.0:
         raise WattschedError(f"--noise must be in [0, 1], got {noise}")
-    setup = Setup(workload, max_jobs, noise, None if data_dir is None else str(data_dir))
+    setup = Setup(workload, max_jobs, noise, None if data_dir is None else str(data_dir), dict(columns or {}))
     inputs = load_inputs(setup.config(names[0], sizes[0], FIRST_SEED))  # fail early on missing data
     require_times(inputs, workload)
     tasks = [(p, n, s) for n in sizes for s in range(FIRST_SEED, FIRST_SEED + seeds) for p in names]

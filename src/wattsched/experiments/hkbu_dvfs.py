@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +73,12 @@ class TraceSetup:
     max_jobs: int | None = DEFAULT_TRACE_JOBS
     deadline_slack: float = DEFAULT_DEADLINE_SLACK
     data_dir: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
 
     def config(self, gpu: str, variant: str, power_manager: str) -> SimulationConfig:
         return SimulationConfig(
             workload=self.workload,
+            columns=self.columns,
             cluster=self.cluster,
             gpu_type=gpu,
             allocation=TRACE_POLICIES[variant],

@@ -24,7 +24,7 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -118,6 +118,13 @@ ProgressFn = Callable[[int, int], None]
 
 
 # -- runs ---------------------------------------------------------------------------------------------------
+def policy_knobs(policy: str) -> dict[str, str]:
+    """The config settings that name a run's policies: a baseline name or ``powerflow``."""
+    if policy == QUEUE_BASELINE:
+        return {"queue": "fifo", "placement": "first-fit"}
+    return {"allocation": policy}
+
+
 @dataclass(frozen=True)
 class Setup:
     """What every run of the experiment shares (picklable)."""
@@ -127,21 +134,19 @@ class Setup:
     gpu_type: str | None = None
     power_manager: str = "always-on"
     data_dir: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
 
     def config(self, policy: str, seed: int, cap: float | None = None, budget_kwh: float | None = None):
         """The run's config: `policy` is a baseline name or ``powerflow``; `cap` an SM-clock fraction (1 or
         None: maximum clock); `budget_kwh` PowerFlow's energy budget (None: no budget)."""
-        knobs: dict[str, Any] = (
-            {"queue": "fifo", "placement": "first-fit"}
-            if policy == QUEUE_BASELINE
-            else {"allocation": policy}
-        )
+        knobs: dict[str, Any] = {**policy_knobs(policy)}
         if budget_kwh is not None:
             knobs["energy_budget_kwh"] = budget_kwh
         if cap is not None and cap < 1.0:
             knobs["gpu_sm_clock"] = cap
         return SimulationConfig(
             workload=self.workload,
+            columns=self.columns,
             cluster=self.cluster,
             gpu_type=self.gpu_type,
             data_dir=self.data_dir,
@@ -317,6 +322,7 @@ def prepare(
     caps: Sequence[float] | None = None,
     power_manager: str = "always-on",
     data_dir: str | Path | None = None,
+    columns: Mapping[str, str] | None = None,
 ) -> Prepared:
     """Check every setting and load the workload and cluster once, before any run starts."""
     from ..engine.power import PowerStateConfig
@@ -328,7 +334,8 @@ def prepare(
         raise WattschedError(f"--seeds must be at least 1, got {seeds}")
     fractions = budget_fractions(budget_points)
     power_manager_from_config(power_manager, PowerStateConfig())
-    setup = Setup(workload, cluster, gpu_type, power_manager, None if data_dir is None else str(data_dir))
+    data_dir = None if data_dir is None else str(data_dir)
+    setup = Setup(workload, cluster, gpu_type, power_manager, data_dir, dict(columns or {}))
     inputs = load_inputs(setup.config(names[0], FIRST_SEED))
     if len(inputs.jobs) == 0:
         raise WattschedError(f"workload '{workload}' has no jobs")
@@ -427,11 +434,12 @@ def run_experiment(
     progress: ProgressFn | None = None,
     prepared: Prepared | None = None,
     plots: bool = True,
+    columns: Mapping[str, str] | None = None,
 ) -> ExperimentResult:
     """Run the equal-energy comparison and the sweeps; write the CSVs, summary.md and the plots into `out`."""
     started = time.perf_counter()
     prep = prepared or prepare(
-        workload, cluster, gpu_type, seeds, baselines, budget_points, caps, power_manager, data_dir
+        workload, cluster, gpu_type, seeds, baselines, budget_points, caps, power_manager, data_dir, columns
     )
     workers = worker_count(workers)
     grid_started = time.perf_counter()

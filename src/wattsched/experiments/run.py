@@ -53,16 +53,17 @@ class RunResult:
 
 
 def load_inputs(cfg: SimulationConfig) -> Inputs:
-    from ..workloads.catalog import load_workload
+    from ..workloads.catalog import load_workload, refuse_column_mapping
     from ..workloads.synthetic import generate
     from ..workloads.validate import check_against_cluster
 
     cluster = _load_cluster(cfg)
     origin = None
     if cfg.workload == "synthetic":
+        refuse_column_mapping(cfg.workload, cfg.columns)
         jobs, skipped, examples, has_times, path = generate(cfg.synthetic, cfg.seed), 0, [], True, "synthetic"
     else:
-        loaded = load_workload(cfg.workload, cfg.data_dir, cfg.skip_invalid)
+        loaded = load_workload(cfg.workload, cfg.data_dir, cfg.skip_invalid, cfg.columns)
         jobs, skipped, examples = loaded.jobs, loaded.invalid_skipped, list(loaded.invalid_examples)
         has_times, path = loaded.has_times, loaded.path
         if loaded.time_origin_utc:

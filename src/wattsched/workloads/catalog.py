@@ -6,13 +6,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import DataNotFoundError, UnknownNameError
+from ..core.errors import DataNotFoundError, UnknownNameError, WattschedError
 from ..core.jobs import JobTable
 from ..data.registry import locate
 from .pollux import read_pollux_workload
@@ -142,18 +142,32 @@ def missing_data(name: str, data_dir: str | Path | None = None) -> str | None:
     return None
 
 
+def refuse_column_mapping(name: str, columns: Mapping[str, str] | None) -> None:
+    """A column mapping is for a generic job CSV; a named or synthetic workload has its own reader."""
+    if columns:
+        raise WattschedError(
+            f"--columns maps the columns of a generic job CSV; workload '{name}' is not one (it has its own "
+            "reader): drop --columns or give a CSV path"
+        )
+
+
 def load_workload(
-    name: str, data_dir: str | Path | None = None, skip_invalid: bool = False
+    name: str,
+    data_dir: str | Path | None = None,
+    skip_invalid: bool = False,
+    columns: Mapping[str, str] | None = None,
 ) -> LoadedWorkload:
+    """A named trace, or a CSV path in the generic schema whose columns `columns` may map (field -> column)."""
     name = str(name).strip()
-    if name in _COMPOSITE:
-        return _load_composite(name, data_dir, skip_invalid)
     entry = _CATALOG.get(name)
-    if entry is None:
+    if entry is None and name not in _COMPOSITE:
         if name.lower().endswith(".csv") or _exists(name):
             # the hardened reader: a directory, a missing or unreadable file, binary bytes -> one InputError
-            return read_generic_csv(name, skip_invalid=skip_invalid)
+            return read_generic_csv(name, skip_invalid=skip_invalid, columns=columns)
         raise UnknownNameError("workload", name, [*workload_names(), "PATH.csv"])
+    refuse_column_mapping(name, columns)
+    if name in _COMPOSITE:
+        return _load_composite(name, data_dir, skip_invalid)
     path = locate(entry.dataset, entry.relpath, data_dir)
     if entry.gavel:
         throughputs = locate(entry.dataset, GAVEL_THROUGHPUTS, data_dir)

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
@@ -59,6 +60,8 @@ GENERIC_REQUIRED = ("job_id", "submit_time", "duration", "num_gpu")
 GENERIC_OPTIONAL = (
     "gpu_milli", "cpu_milli", "memory_mib", "gpu_model", "job_class", "model_name", "deadline", "user",
 )  # fmt: skip
+GENERIC_FIELDS = (*GENERIC_REQUIRED, *GENERIC_OPTIONAL)
+_MAPPING_HINT = "; a trace with other column names: map them with --columns FIELD=COLUMN"
 
 
 # -- shared helpers ------------------------------------------------------------------------------------------
@@ -250,11 +253,11 @@ def _check_fields_quoted(
     return row_lines
 
 
-def require_columns(df: pd.DataFrame, path: str | Path, columns) -> None:
+def require_columns(df: pd.DataFrame, path: str | Path, columns, hint: str = "") -> None:
     for col in columns:
         if col not in df.columns:
             found = one_line(", ".join(df.columns))
-            raise InputError(path, 1, col, f"missing required column (found: {found})")
+            raise InputError(path, 1, col, f"missing required column (found: {found}){hint}")
 
 
 def _text(col) -> np.ndarray:
@@ -616,18 +619,26 @@ def _gavel_layout(path: Path, data: bytes) -> tuple[str, ...]:
 
 
 def read_generic_csv(
-    path: str | Path, skip_invalid: bool = False, source: str | None = None
+    path: str | Path,
+    skip_invalid: bool = False,
+    source: str | None = None,
+    columns: Mapping[str, str] | None = None,
 ) -> LoadedWorkload:
-    """The wattsched job CSV schema (``docs/data-formats.md``)."""
+    """The wattsched job CSV schema (``docs/data-formats.md``). ``columns`` maps wattsched's field names to the
+    file's own column names (``{"submit_time": "submission_time"}``), so another trace loads as it is."""
     path = Path(path)
     df, lines = read_table(path)
-    require_columns(df, path, GENERIC_REQUIRED)
-    known = set(GENERIC_REQUIRED) | set(GENERIC_OPTIONAL)
+    notes = ["generic wattsched job CSV"]
+    labels: dict[str, str] = {}
+    if columns:
+        df, labels, mapping_notes = _map_generic_columns(df, path, columns)
+        notes += mapping_notes
+    require_columns(df, path, GENERIC_REQUIRED, hint=_MAPPING_HINT)
     for col in df.columns:
-        if col not in known:
-            valid = ", ".join((*GENERIC_REQUIRED, *GENERIC_OPTIONAL))
-            raise InputError(path, 1, one_line(col), f"unknown column (valid: {valid})")
-    v = RowValidator(path, lines)
+        if col not in GENERIC_FIELDS:
+            valid = ", ".join(GENERIC_FIELDS)
+            raise InputError(path, 1, one_line(col), f"unknown column (valid: {valid}){_MAPPING_HINT}")
+    v = RowValidator(path, lines, labels)
     n = len(df)
     ids = _text(df["job_id"])
     v.flag(is_missing(df["job_id"]), "job_id", "missing value")
@@ -656,7 +667,6 @@ def read_generic_csv(
     v.flag(deadline <= 0, "deadline", msg, deadline)
     spec = normalise_gpu_spec(v, df["gpu_model"], "gpu_model") if "gpu_model" in df else None
     job_class = parse_job_class(v, df["job_class"], "job_class") if "job_class" in df else None
-    notes = ["generic wattsched job CSV"]
     if epoch_times:
         notes.append("submit_time given as timestamps: times without a zone are taken as UTC")
     if "deadline" in df:
@@ -668,6 +678,62 @@ def read_generic_csv(
         model_name=_text(df["model_name"]) if "model_name" in df else None,
         deadline_s=deadline, user=_text(df["user"]) if "user" in df else None,
     )  # fmt: skip
+
+
+def _check_column_mapping(columns: Mapping[str, str], where: str | Path) -> None:
+    """A mapping of generic-CSV fields to file columns names only known fields, and each column once."""
+    read_by: dict[str, str] = {}
+    for field, column in columns.items():
+        if field not in GENERIC_FIELDS:
+            raise InputError(
+                where, None, None,
+                f"column mapping {field}={column}: '{field}' is not a field of the generic job CSV "
+                f"(fields: {', '.join(GENERIC_FIELDS)})",
+            )  # fmt: skip
+        if column in read_by:
+            raise InputError(
+                where, None, None,
+                f"column mapping: '{read_by[column]}' and '{field}' are both mapped to column '{column}'; "
+                "a column feeds one field",
+            )  # fmt: skip
+        read_by[column] = field
+
+
+def _map_generic_columns(
+    df: pd.DataFrame, path: Path, columns: Mapping[str, str]
+) -> tuple[pd.DataFrame, dict[str, str], list[str]]:
+    """The file's columns as wattsched's fields: a mapped field reads its column, any other field the column of
+    its own name. Returns the renamed frame, field -> file column of the mapped fields (row errors name the
+    file's column) and notes. Columns that feed no field are dropped: a foreign trace has columns of its own."""
+    columns = {f.strip(): c.strip() for f, c in columns.items()}
+    _check_column_mapping(columns, path)
+    for field, column in columns.items():
+        if column not in df.columns:
+            found = one_line(", ".join(df.columns))
+            raise InputError(
+                path, 1, None,
+                f"column mapping {field}={column}: the file has no column '{column}' (its columns: {found})",
+            )  # fmt: skip
+    field_of: dict[str, str] = {}  # file column -> the field it feeds
+    for field in GENERIC_FIELDS:
+        column = columns.get(field, field)
+        if column not in df.columns:
+            continue
+        if column in field_of:
+            first, second = (
+                f"'{f}'" + ("" if f in columns else " (by its name)") for f in (field_of[column], field)
+            )
+            raise InputError(
+                path, 1, None,
+                f"column mapping: column '{column}' would feed both {first} and {second}; a column feeds one "
+                "field",
+            )  # fmt: skip
+        field_of[column] = field
+    unused = [c for c in df.columns if c not in field_of]
+    notes = ["columns mapped: " + ", ".join(f"{c} -> {f}" for f, c in columns.items())]
+    if unused:
+        notes.append(f"columns not used: {one_line(', '.join(unused))}")
+    return df[list(field_of)].rename(columns=field_of), columns, notes
 
 
 def _generic_submit(v: RowValidator, raw: pd.Series) -> tuple[np.ndarray, bool]:

@@ -66,11 +66,13 @@ def is_missing(raw) -> np.ndarray:
 
 
 class RowValidator:
-    """Collects per-rule masks over the rows of one file. ``lines`` are the 1-based file lines of the rows."""
+    """Collects per-rule masks over the rows of one file. ``lines`` are the 1-based file lines of the rows;
+    ``labels`` names a field's column in the file where the two differ (a mapped column), for error messages."""
 
-    def __init__(self, path: str | Path, lines: np.ndarray):
+    def __init__(self, path: str | Path, lines: np.ndarray, labels: dict[str, str] | None = None):
         self.path = str(path)
         self.lines = np.asarray(lines, dtype=np.int64)
+        self.labels = labels or {}
         self.bad = np.zeros(len(self.lines), dtype=bool)
         self._rules: list[_Rule] = []
 
@@ -125,7 +127,8 @@ class RowValidator:
             if rule.mask[row]:
                 value = None if rule.values is None else rule.values[row]
                 message = one_line(rule.template.format(value=value))
-                return InputError(self.path, int(self.lines[row]), rule.field, message)
+                field = self.labels.get(rule.field, rule.field)
+                return InputError(self.path, int(self.lines[row]), field, message)
         raise AssertionError("row is not flagged")
 
     def finish(self, skip_invalid: bool) -> tuple[np.ndarray, int, list[str]]:

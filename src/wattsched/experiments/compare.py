@@ -1,0 +1,488 @@
+"""The comparison table of runs, shared by `wattsched compare` and the HTML report.
+
+A row is one run: a run directory (``summary.json`` and ``config.resolved.yaml``, written by ``simulate --out``),
+each run directory inside a directory of runs (``wattsched demo``'s output), or each run of an experiment as its
+per-run table records it (``EXPERIMENT_TABLES``). Columns: the run's label, its policy, whether a registered
+policy it ran is a reconstruction and on what basis, the metrics (``METRICS``; a column only where some run
+records it, NaN for a run that does not) and each metric's change against a baseline run in per cent. Pure:
+directories in, a DataFrame out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.errors import WattschedError
+from ..workloads.validate import one_line
+
+MISSING = "\u2014"  # an em dash: how a value a run does not record is shown
+DELTA_SUFFIX = "_delta_pct"
+COMPONENT_PREFIX, COMPONENT_SUFFIX = "energy_", "_kwh"  # energy_gpu_active_kwh: one energy component
+RUN_FILES = ("summary.json", "config.resolved.yaml")
+LABEL_COLUMNS = ("run", "source", "experiment", "policy", "reconstructed", "basis", "baseline")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric column: its key (SI units: kWh, s, a fraction) and how the terminal shows it."""
+
+    key: str
+    header: str
+    scale: float = 1.0  # shown value = value x scale (seconds as hours, fractions as per cent)
+    decimals: int = 2
+
+
+METRICS = (
+    Metric("jobs_completed", "done", decimals=0),
+    Metric("energy_kwh", "kWh", decimals=1),
+    # the energy components (energy_<component>_kwh) follow the total, in the order the runs record them
+    Metric("cost_usd", "USD", decimals=0),
+    Metric("co2_kg", "kg CO2", decimals=0),
+    Metric("jct_mean_s", "JCT h", 1 / 3600),
+    Metric("jct_p95_s", "p95 h", 1 / 3600),
+    Metric("queue_delay_mean_s", "wait h", 1 / 3600),
+    Metric("makespan_s", "span h", 1 / 3600, 1),
+    Metric("gpu_allocation", "GPU %", 100, 1),
+    Metric("grar", "GRAR", decimals=3),
+    Metric("deadline_misses", "misses", decimals=0),
+    Metric("slo_violation_hours", "SLO h", decimals=0),
+    Metric("restarts", "restarts", decimals=0),
+)
+
+
+def is_component(key: str) -> bool:
+    """Whether a column is one energy component (``energy_<component>_kwh``), not the total."""
+    return key.startswith(COMPONENT_PREFIX) and key.endswith(COMPONENT_SUFFIX) and key != "energy_kwh"
+
+
+def component_metric(key: str) -> Metric:
+    name = key.removeprefix(COMPONENT_PREFIX).removesuffix(COMPONENT_SUFFIX)
+    return Metric(key, name.replace("_", " "), decimals=1)
+
+
+def metrics_of(frame: pd.DataFrame) -> list[Metric]:
+    """The metrics of a comparison frame, in display order."""
+    known = {m.key: m for m in METRICS}
+    out = []
+    for col in frame.columns:
+        if col in known:
+            out.append(known[col])
+        elif is_component(col):
+            out.append(component_metric(col))
+    return out
+
+
+def format_value(metric: Metric, value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return MISSING
+    return f"{value * metric.scale:,.{metric.decimals}f}"
+
+
+def format_delta(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return MISSING
+    return f"{round(value, 1) + 0.0:+.1f}%"  # + 0.0: no "-0.0%"
+
+
+def shown_metrics(frame: pd.DataFrame) -> list[Metric]:
+    """The metrics worth a column on screen: all of the frame's but energy components no run draws."""
+    return [m for m in metrics_of(frame) if not (is_component(m.key) and (frame[m.key].fillna(0) == 0).all())]
+
+
+# -- what a run records ------------------------------------------------------------------------------------
+
+
+def _number(obj: Any, *keys: str) -> float:
+    """The number at `keys` in nested mappings; NaN when a key is missing or the value is not a number."""
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return math.nan
+        obj = obj.get(key)
+    if isinstance(obj, bool) or not isinstance(obj, int | float):
+        return math.nan
+    return float(obj)
+
+
+def _reconstructed(knobs: Mapping[str, str]) -> list[str]:
+    """``name: basis`` of every reconstructed registered policy among `knobs` (setting -> registered name)."""
+    from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+    from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
+
+    registries = {
+        "queue": QUEUE_POLICIES,
+        "placement": PLACEMENT_POLICIES,
+        "allocation": ALLOCATION_POLICIES,
+        "power_manager": POWER_MANAGERS,
+    }
+    out = []
+    for setting, name in knobs.items():
+        registry = registries.get(setting)
+        if registry is None or not isinstance(name, str) or name not in registry:
+            continue
+        factory = registry.factory(name)
+        if getattr(factory, "reconstructed", False):
+            out.append(_basis_line(name, getattr(factory, "basis", "") or factory.description))
+    return out
+
+
+def _basis_line(name: str, basis: str | None) -> str:
+    return f"{name}: {basis}" if basis else name
+
+
+def _row(label: str, source: Path, experiment: str, policy: str, bases: list[str], metrics: dict) -> dict:
+    return {
+        "run": label,
+        "source": str(source),
+        "experiment": experiment,
+        "policy": policy,
+        "reconstructed": bool(bases),
+        "basis": "; ".join(dict.fromkeys(bases)),
+        **metrics,
+    }
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    file = path / "summary.json"
+    try:
+        summary = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WattschedError(f"{file}: cannot read the run summary ({exc})") from None
+    if not isinstance(summary, dict):
+        raise WattschedError(f"{file}: not a run summary (expected a JSON object)")
+    return summary
+
+
+def run_row(path: Path) -> dict[str, Any]:
+    """The comparison row of one run directory."""
+    s = _read_summary(path)
+    policies = s.get("policies") if isinstance(s.get("policies"), dict) else {}
+    parts = {k: v for k, v in policies.items() if isinstance(v, dict) and isinstance(v.get("name"), str)}
+    names = [parts[k]["name"] for k in ("allocation",) if k in parts] or [
+        parts[k]["name"] for k in ("queue", "placement") if k in parts
+    ]
+    manager = s.get("power_manager")
+    policy = "+".join(names) or MISSING
+    if isinstance(manager, str) and manager != "always-on":
+        policy += f", {manager}"
+    bases = [_basis_line(p["name"], p.get("basis")) for p in parts.values() if p.get("reconstructed")]
+    if isinstance(manager, str):
+        bases += _reconstructed({"power_manager": manager})
+    allocation = _number(s, "gpu_allocation_mean")
+    components = s.get("energy_by_component_kwh")
+    metrics = {
+        # the packing procedure places pods and completes none
+        "jobs_completed": _number(s, "jobs_completed") if s.get("mode") != "packing" else math.nan,
+        "energy_kwh": _number(s, "energy_kwh"),
+        **{
+            f"{COMPONENT_PREFIX}{name}{COMPONENT_SUFFIX}": _number(components, name)
+            for name in (components if isinstance(components, dict) else {})
+        },
+        "cost_usd": _number(s, "cost_usd"),
+        "co2_kg": _number(s, "co2_kg"),
+        "jct_mean_s": _number(s, "jct_s", "mean"),
+        "jct_p95_s": _number(s, "jct_s", "p95"),
+        "queue_delay_mean_s": _number(s, "queue_delay_s", "mean"),
+        "makespan_s": _number(s, "makespan_s"),
+        # packing runs record the allocation once every pod has arrived, not a time average
+        "gpu_allocation": allocation if not math.isnan(allocation) else _number(s, "gpu_allocation_final"),
+        "grar": _number(s, "grar_final"),
+        "deadline_misses": _number(s, "deadline_misses"),
+        "slo_violation_hours": _number(s, "slo_violation_hours"),
+        "restarts": _number(s, "restarts"),
+    }
+    return _row(str(path), path, "", policy, bases, metrics)
+
+
+# -- what an experiment records ----------------------------------------------------------------------------
+
+Source = str | tuple[str, float] | Callable[[pd.DataFrame], pd.Series]
+
+
+@dataclass(frozen=True)
+class ExperimentTable:
+    """How one experiment's per-run table maps onto the comparison: the file, the columns that identify it, the
+    columns that tell its runs apart (the row label), the policy of a row, the registered policies a row ran
+    (for the reconstructed mark) and each metric's source: a column, a column times a factor, or a function."""
+
+    experiment: str
+    file: str
+    marker: frozenset[str]
+    keys: tuple[str, ...]
+    metrics: Mapping[str, Source]
+    policy: Callable[[Mapping[str, Any]], str] = lambda r: str(r["policy"])
+    knobs: Callable[[Mapping[str, Any]], Mapping[str, str]] = lambda r: {}
+    last_row_per_run: bool = False  # a table of curves: a run's figures are its last row
+
+    def matches(self, path: Path) -> bool:
+        file = path / self.file
+        if not file.is_file():
+            return False
+        try:
+            header = pd.read_csv(file, nrows=0).columns
+        except (OSError, ValueError, pd.errors.ParserError):
+            return False
+        return self.marker <= set(header)
+
+    def rows(self, path: Path) -> Iterator[dict[str, Any]]:
+        file = path / self.file
+        try:
+            table = pd.read_csv(file)
+        except (OSError, ValueError, pd.errors.ParserError) as exc:
+            raise WattschedError(f"{file}: cannot read the experiment's table ({one_line(exc)})") from None
+        keys = [k for k in self.keys if k in table.columns]
+        if self.last_row_per_run and keys:
+            table = table.groupby(keys, sort=False, dropna=False).tail(1)
+        values = {key: _source_values(table, source) for key, source in self.metrics.items()}
+        for i, row in enumerate(table.to_dict("records")):
+            label = (
+                " ".join(f"{k}={_text(row[k])}" for k in keys if not _is_missing(row[k])) or f"row {i + 1}"
+            )
+            metrics = {key: float(v[i]) for key, v in values.items()}
+            yield _row(
+                f"{path} {label}",
+                path,
+                self.experiment,
+                self.policy(row),
+                _reconstructed(self.knobs(row)),
+                metrics,
+            )
+
+
+def _source_values(table: pd.DataFrame, source: Source) -> np.ndarray:
+    if callable(source):
+        values = source(table)
+    else:
+        column, factor = (source, 1.0) if isinstance(source, str) else source
+        if column not in table.columns:
+            return np.full(len(table), np.nan)
+        values = table[column] * factor if factor != 1.0 else table[column]
+    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == ""
+
+
+def _is_true(value: Any) -> bool:
+    return str(value).strip().lower() == "true"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _deadline_misses_of_task_sets(t: pd.DataFrame) -> pd.Series:
+    return (t["tasks"] * (1.0 - t["deadline_met_fraction"])).round()
+
+
+def _policy_knobs(module: str, table: str) -> Callable[[Mapping[str, Any]], Mapping[str, str]]:
+    """The registered policies of a row whose `policy` names an entry of the experiment module's `table`."""
+
+    def knobs(row: Mapping[str, Any]) -> Mapping[str, str]:
+        from importlib import import_module
+
+        return getattr(import_module(f"wattsched.experiments.{module}"), table).get(str(row["policy"]), {})
+
+    return knobs
+
+
+def _powerflow_knobs(row: Mapping[str, Any]) -> Mapping[str, str]:
+    from .powerflow import policy_knobs
+
+    return policy_knobs(str(row["policy"]))
+
+
+EXPERIMENT_TABLES = (
+    ExperimentTable(
+        "fgd-pwr", "curves.csv", frozenset({"arrived_pct", "alloc_pct", "grar", "power_w"}),
+        ("trace", "policy", "seed"),
+        {"gpu_allocation": ("alloc_pct", 0.01), "grar": "grar"},
+        knobs=lambda r: {"placement": str(r["policy"])}, last_row_per_run=True,
+    ),
+    ExperimentTable(
+        "powerflow", "runs.csv", frozenset({"kind", "budget_fraction", "sm_clock_cap", "energy_kwh"}),
+        ("kind", "policy", "baseline", "seed", "sm_clock_cap", "budget_fraction"),
+        {
+            "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "mean_jct_s",
+            "jct_p95_s": "p95_jct_s", "queue_delay_mean_s": "queue_delay_mean_s", "makespan_s": "makespan_s",
+            "gpu_allocation": "gpu_allocation_mean", "restarts": "restarts",
+        },
+        knobs=_powerflow_knobs,
+    ),
+    ExperimentTable(
+        "eaco", "results.csv", frozenset({"nodes", "avg_active_nodes", "colocations"}), ("nodes", "policy", "seed"),
+        {
+            "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "avg_jct_s",
+            "queue_delay_mean_s": "avg_queue_s", "makespan_s": "makespan_s", "gpu_allocation": "gpu_allocation",
+            "restarts": "restarts",
+        },
+        knobs=_policy_knobs("eaco", "POLICIES"),
+    ),
+    ExperimentTable(
+        "cedla", "results.csv", frozenset({"region", "cost_usd", "slo_violation_hours"}), ("policy", "region"),
+        {
+            "energy_kwh": "energy_kwh", "cost_usd": "cost_usd", "co2_kg": "co2_kg", "jct_mean_s": "mean_jct_s",
+            "gpu_allocation": "gpu_allocation", "deadline_misses": "deadline_misses",
+            "slo_violation_hours": "slo_violation_hours",
+        },
+        knobs=_policy_knobs("cedla", "POLICIES"),
+    ),
+    # HKBU-DVFS task sets: the upstream list scheduler on drawn task sets (energy in J)
+    ExperimentTable(
+        "hkbu-dvfs", "results.csv", frozenset({"utilisation", "algorithm", "dvfs", "drs", "total_j"}),
+        ("model", "mode", "utilisation", "seed", "algorithm", "dvfs", "drs"),
+        {"energy_kwh": ("total_j", 1 / 3.6e6), "deadline_misses": _deadline_misses_of_task_sets},
+        policy=lambda r: " ".join([str(r["algorithm"]), *(k for k in ("dvfs", "drs") if _is_true(r[k]))]),
+    ),
+    # HKBU-DVFS on a DL trace: one simulation per GPU type, variant and power manager
+    ExperimentTable(
+        "hkbu-dvfs", "trace.csv", frozenset({"variant", "training_energy_kwh", "total_energy_kwh"}),
+        ("gpu", "power_manager", "variant"),
+        {
+            "jobs_completed": "jobs_completed", "energy_kwh": "total_energy_kwh",
+            "energy_gpu_active_kwh": "training_energy_kwh", "jct_mean_s": "jct_mean_s",
+            "makespan_s": "makespan_s", "deadline_misses": "deadline_misses",
+        },
+        knobs=lambda r: {"allocation": str(r["policy"]), "power_manager": str(r["power_manager"])},
+    ),
+    ExperimentTable(
+        "hkbu-dag", "results.csv", frozenset({"gpu_pick", "comm", "mean_jct_ms", "energy_kj"}),
+        ("placement", "gpu_pick", "comm", "seed"),
+        {
+            "energy_kwh": ("energy_kj", 1 / 3600), "jct_mean_s": ("mean_jct_ms", 1e-3),
+            "queue_delay_mean_s": ("mean_queue_ms", 1e-3), "makespan_s": ("makespan_ms", 1e-3),
+        },
+        policy=lambda r: f"{r['placement']}+{r['gpu_pick']} {r['comm']}",
+        knobs=lambda r: {"allocation": "hkbu-dag"},
+    ),
+    # HKBU-OnlinePD: its Philly replay (the small instances of ratios.csv are not runs)
+    ExperimentTable(
+        "hkbu-online-pd", "philly.csv", frozenset({"policy", "on_time", "net_value_usd"}), ("policy",),
+        {
+            "jobs_completed": "completed", "energy_kwh": "energy_kwh", "cost_usd": "energy_cost_usd",
+            "jct_mean_s": "jct_mean_s", "gpu_allocation": "gpu_allocation_mean",
+            "deadline_misses": "deadline_misses",
+        },
+        knobs=_policy_knobs("hkbu_online_pd", "PHILLY_POLICIES"),
+    ),
+)  # fmt: skip
+# Experiment outputs that hold no runs to compare, and why.
+NO_RUNS = {
+    "ratios.csv": "the hkbu-online-pd experiment without its Philly replay (--no-philly): ratios.csv compares "
+    "online and offline objectives of small instances, not runs with energy or JCT",
+}
+
+
+# -- rows of any directory ---------------------------------------------------------------------------------
+
+
+def is_run_dir(path: Path) -> bool:
+    return all((path / name).is_file() for name in RUN_FILES)
+
+
+def rows_of(path: str | Path) -> list[dict[str, Any]]:
+    """The comparison rows of a run directory, an experiment's output directory or a directory of runs."""
+    path = Path(path)
+    if not path.exists():
+        raise WattschedError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise WattschedError(
+            f"{path}: is a file; expected a run directory or an experiment's output directory"
+        )
+    if is_run_dir(path):
+        return [run_row(path)]
+    tables = [t for t in EXPERIMENT_TABLES if t.matches(path)]
+    if tables:
+        return [row for t in tables for row in t.rows(path)]
+    for name, why in NO_RUNS.items():
+        if (path / name).is_file():
+            raise WattschedError(f"{path}: no runs to compare: {why}")
+    runs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
+    if runs:
+        return [run_row(p) for p in runs]
+    if (path / "summary.json").is_file():
+        raise WattschedError(
+            f"{path}: not a complete run directory (no config.resolved.yaml beside summary.json)"
+        )
+    raise WattschedError(
+        f"{path}: not a run directory ({' and '.join(RUN_FILES)}), nor the output of a wattsched experiment, nor a "
+        "directory of run directories"
+    )
+
+
+def _joined(rows: list[dict], new: list[dict], first: bool = False) -> list[dict]:
+    labels = {r["run"] for r in rows}
+    for r in new:
+        if r["run"] in labels:
+            raise WattschedError(f"{r['run']} is given twice")
+    return new + rows if first else rows + new
+
+
+def comparison(paths: Sequence[str | Path], baseline: str | Path | None = None) -> pd.DataFrame:
+    """One row per run of `paths` (run directories, experiment outputs, directories of runs), its metrics and
+    each metric's change in per cent against `baseline`: a row's label (``run``), a run directory among or
+    beside `paths` (added as the first row), or None for the first row."""
+    if not paths:
+        raise WattschedError("no run directories given")
+    rows: list[dict] = []
+    for path in paths:
+        rows = _joined(rows, rows_of(path))
+    rows, base = _with_baseline(rows, baseline)
+    frame = pd.DataFrame(rows)
+    frame["baseline"] = np.arange(len(frame)) == base
+    metric_cols = [m.key for m in metrics_of(frame)]
+    present = [c for c in metric_cols if frame[c].notna().any()]  # a metric no run records is left out
+    frame = frame[[*LABEL_COLUMNS, *present]].copy()
+    for col in present:
+        frame[col + DELTA_SUFFIX] = _delta_pct(frame[col].to_numpy(float), float(frame[col].iloc[base]))
+    return frame
+
+
+def _with_baseline(rows: list[dict], baseline: str | Path | None) -> tuple[list[dict], int]:
+    """The rows (with the baseline's prepended when it is not among them) and the baseline's index."""
+    if baseline is None:
+        return rows, 0
+    text = str(baseline)
+    labels = [r["run"] for r in rows]
+    if text in labels:
+        return rows, labels.index(text)
+    with_source = [i for i, r in enumerate(rows) if _same_path(r["source"], text)]
+    if len(with_source) == 1:
+        return rows, with_source[0]
+    if len(with_source) > 1:
+        some = ", ".join(repr(labels[i]) for i in with_source[:2])
+        raise WattschedError(
+            f"--baseline {text} holds {len(with_source)} runs; give the label of one of them, e.g. {some}"
+        )
+    if not Path(text).is_dir():
+        raise WattschedError(f"--baseline {text}: neither one of the runs compared nor a run directory")
+    added = rows_of(text)
+    if len(added) != 1:
+        raise WattschedError(f"--baseline {text} holds {len(added)} runs; give a single run directory")
+    return _joined(rows, added, first=True), 0
+
+
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def _delta_pct(values: np.ndarray, base: float) -> np.ndarray:
+    """(value - base) / |base| in per cent; 0 where both are 0, NaN where the base is 0 (or missing) otherwise."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = (values - base) / abs(base) * 100.0
+    if base == 0:
+        delta = np.where(values == 0, 0.0, np.nan)
+    return delta
