@@ -30,6 +30,7 @@ from .objects import NodeInfo, PodRequest
 log = logging.getLogger("wattsched.k8s")
 
 MAX_EXTENDER_SCORE = 10  # extender/v1 MaxExtenderPriority
+UNKNOWN_NODE = "node unknown to wattsched (not in its node list)"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class K8sCluster:
         self.in_flight: set[str] = set()  # bound by wattsched, not yet seen bound by the informer
         self._masks: dict[str, tuple[int, np.ndarray]] = {}
         self._never: dict[tuple[int, ...], bool] = {}  # per request class: fits no node even when empty
+        self._never_reason_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self._last_names: list[str] = []
+        self._last_positions = np.zeros(0, dtype=np.int64)
         self._largest_by_mask: dict[int, int] = {}
 
     # ----- requests ---------------------------------------------------------------------------------------------
@@ -132,54 +136,74 @@ class K8sCluster:
                 self.state.set_available(np.array([node]), schedulable)
 
     # ----- the extender's verbs ----------------------------------------------------------------------------------
+    # kube-scheduler sends the same ~1,000 node names with every request: their positions, and each request
+    # class's never-fits reasons, are worked out once, and the verbs stay in numpy over them.
+    def positions(self, names: Sequence[str]) -> np.ndarray:
+        """Each name's node index (-1: not a node wattsched knows), cached for the last list of names."""
+        if names != self._last_names:
+            index = self.index
+            self._last_positions = np.fromiter((index.get(n, -1) for n in names), np.int64, len(names))
+            self._last_names = list(names)
+        return self._last_positions
+
     def filter(self, pod: PodRequest, names: Sequence[str]) -> FilterResult:
         with self.lock:
             req = self.request(pod)
-            nodes, unknown = self._indices(names)
-            unresolvable = {n: "node unknown to wattsched (not in its node list)" for n in unknown}
-            if nodes.size == 0:
-                return FilterResult([], {}, unresolvable)
-            spec, state = self.spec, self.state
-            ever = req.node_mask[nodes] & _node_can_ever_host(spec, nodes, req)
-            now = feasible_nodes(state, req)[nodes]
-            passed, failed = [], {}
-            for i, node in enumerate(nodes.tolist()):
-                name = str(spec.node_names[node])
-                if not ever[i]:
-                    unresolvable[name] = _never_reason(spec, node, req, pod)
-                elif not now[i]:
-                    failed[name] = _busy_reason(state, node, req)
-                else:
-                    passed.append(name)
+            pos = self.positions(names)
+            known = pos >= 0
+            at = np.where(known, pos, 0)
+            reasons = self._never_reasons(req, pod)
+            ever = known & (reasons[at] == "")
+            now = ever & feasible_nodes(self.state, req)[at]
+            state = self.state
+            passed = [names[i] for i in np.flatnonzero(now).tolist()]
+            failed = {
+                names[i]: _busy_reason(state, int(pos[i]), req) for i in np.flatnonzero(ever & ~now).tolist()
+            }
+            unresolvable = {
+                names[i]: str(reasons[pos[i]]) if known[i] else UNKNOWN_NODE
+                for i in np.flatnonzero(~ever).tolist()
+            }
             return FilterResult(passed, failed, unresolvable)
 
-    def scores(self, pod: PodRequest, names: Sequence[str]) -> tuple[list[str], np.ndarray]:
-        """The policy's raw scores for the named nodes that can take the pod now (others left out), in order."""
+    def _never_reasons(self, req: JobRequest, pod: PodRequest) -> np.ndarray:
+        """Per node: why the request could never fit there, even empty ("" where it can)."""
+        key = (req.mask_id, req.num_gpu, req.gpu_milli, req.cpu_milli, req.memory_mib)
+        found = self._never_reason_cache.get(key)
+        if found is None:
+            nodes = np.arange(self.spec.num_nodes)
+            ok = req.node_mask & _node_can_ever_host(self.spec, nodes, req)
+            found = np.array([""] * self.spec.num_nodes, dtype=object)
+            for node in np.flatnonzero(~ok).tolist():
+                found[node] = _never_reason(self.spec, node, req, pod)
+            self._never_reason_cache[key] = found
+        return found
+
+    def scores(self, pod: PodRequest, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions in `names` of the nodes that can take the pod now, their node indices, the policy's raw
+        scores for them)."""
         with self.lock:
             req = self.request(pod)
-            nodes, _ = self._indices(names)
-            nodes = nodes[feasible_nodes(self.state, req)[nodes]]
+            pos = self.positions(names)
+            known = pos >= 0
+            ok = known & feasible_nodes(self.state, req)[np.where(known, pos, 0)]
+            where = np.flatnonzero(ok)
+            nodes = pos[where]
             if nodes.size == 0:
-                return [], np.zeros(0, dtype=np.int64)
-            raw = np.asarray(self.policy.score(self.state, req, nodes), dtype=np.int64)
-            return [str(self.spec.node_names[n]) for n in nodes.tolist()], raw
+                return where, nodes, np.zeros(0, dtype=np.int64)
+            return where, nodes, np.asarray(self.policy.score(self.state, req, nodes), dtype=np.int64)
 
-    def prioritize(self, pod: PodRequest, names: Sequence[str]) -> list[tuple[str, int]]:
-        """0..10 per named node (docs/live-kubernetes.md §3.2): the policy's own pick gets 10, every other node
-        its raw score scaled into 0..9, so kube-scheduler's top node is the simulator's whenever wattsched's
+    def prioritize(self, pod: PodRequest, names: Sequence[str]) -> np.ndarray:
+        """0..10 per named node, in order (docs/live-kubernetes.md §3.2): the policy's own pick gets 10, every other
+        node its raw score scaled into 0..9, so kube-scheduler's top node is the simulator's whenever wattsched's
         weight dominates; nodes that cannot take the pod now get 0."""
         with self.lock:
-            feasible, raw = self.scores(pod, names)
-            out = dict.fromkeys(names, 0)
-            if feasible:
-                out.update(zip(feasible, extender_scores(raw, self._best(feasible, raw)), strict=True))
-            return list(out.items())
-
-    def _best(self, feasible: list[str], raw: np.ndarray) -> int:
-        nodes = np.array([self.index[n] for n in feasible], dtype=np.int64)
-        return (
-            feasible.index(str(self.spec.node_names[self.policy.pick(raw, nodes)])) if len(nodes) > 1 else 0
-        )
+            where, nodes, raw = self.scores(pod, names)
+            out = np.zeros(len(names), dtype=np.int64)
+            if nodes.size:
+                best = 0 if nodes.size == 1 else int(np.flatnonzero(nodes == self.policy.pick(raw, nodes))[0])
+                out[where] = extender_scores(raw, best)
+            return out
 
     # ----- placing and accounting --------------------------------------------------------------------------------
     def place(self, pod: PodRequest) -> Placement | None:
@@ -267,13 +291,6 @@ class K8sCluster:
         if any(g >= row.size or row[g] < pod.gpu_milli for g in gpu_index):
             return None
         return ((node, tuple(gpu_index), pod.cpu_milli, pod.memory_mib),)
-
-    def _indices(self, names: Iterable[str]) -> tuple[np.ndarray, list[str]]:
-        found, unknown = [], []
-        for name in names:
-            i = self.index.get(name)
-            (unknown.append(name) if i is None else found.append(i))
-        return np.asarray(found, dtype=np.int64), unknown
 
 
 def extender_scores(raw: np.ndarray, best: int) -> np.ndarray:
