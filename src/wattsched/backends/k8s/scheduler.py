@@ -30,6 +30,8 @@ from .watcher import ClusterWatcher
 
 log = logging.getLogger("wattsched.k8s")
 
+BATCH_WAIT_S = 0.05  # events wait this long for others to go out with them
+
 
 @dataclass
 class SchedulerStats:
@@ -68,15 +70,24 @@ class EventSender:
 
     def _drain(self) -> None:
         while True:
-            pod, reason, message, kind = self.queue.get()
-            try:
-                self.api.create_namespaced_event(pod.namespace, body=event_body(self.component, pod, reason,
-                                                                                message, kind))  # fmt: skip
-                self.posted += 1
-            except Exception as exc:
-                log.debug("event for %s not posted: %s", pod.key, exc)
-            finally:
-                self.queue.task_done()
+            batch = [self.queue.get()]
+            # Woken once per batch, not once per pod: a thread that wakes for every event trades the GIL with
+            # the placing thread thousands of times (about 2 s over the 8,152 pods of the Alibaba trace).
+            time.sleep(BATCH_WAIT_S)
+            while True:
+                try:
+                    batch.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            for pod, reason, message, kind in batch:
+                try:
+                    body = event_body(self.component, pod, reason, message, kind)
+                    self.api.create_namespaced_event(pod.namespace, body=body)
+                    self.posted += 1
+                except Exception as exc:
+                    log.debug("event for %s not posted: %s", pod.key, exc)
+                finally:
+                    self.queue.task_done()
 
 
 def event_body(component: str, pod: PodRequest, reason: str, message: str, kind: str) -> Any:
