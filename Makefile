@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench clean report-screenshot
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml requirements.lock
 
 demo: $(STAMP)
 	$(BIN)/wattsched demo --out runs/demo
+
+# A demo-sized set of runs (built-in data, a generated price and carbon series), their HTML report and a
+# screenshot of it in headless Chromium: runs/report/report.html and runs/report/report.png.
+report-screenshot: $(STAMP)
+	$(BIN)/python tools/report_screenshot.py --out runs/report
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

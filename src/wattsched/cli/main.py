@@ -20,6 +20,7 @@ from .data import data_app
 from .experiment import experiment_app
 from .options import command_with_config_options
 from .perf import perf_app
+from .report import report_command
 from .serve import serve_app
 from .signals import signals_app
 
@@ -105,6 +106,7 @@ simulate = command_with_config_options(
 )
 app.command("simulate")(simulate)
 app.command("compare")(compare_command)
+app.command("report")(report_command)
 app.command("agent")(agent_command)
 app.command("agent-job")(agent_job_command)
 
