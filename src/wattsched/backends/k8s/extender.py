@@ -1,5 +1,5 @@
 """``wattsched serve k8s-extender``: a kube-scheduler HTTP extender backed by a wattsched placement policy
-(docs/live-kubernetes.md §3; the protocol of ../shared/docs/live-backends.md §2.2, k8s.io/kube-scheduler
+(docs/live-kubernetes.md §3; the protocol of k8s.io/kube-scheduler
 ``extender/v1/types.go``).
 
 Verbs, all ``POST <prefix>/<verb>`` with ``Content-Type: application/json``:

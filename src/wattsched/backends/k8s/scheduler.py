@@ -1,5 +1,6 @@
 """``wattsched serve k8s-scheduler``: a custom Kubernetes scheduler that places pods with a wattsched placement
-policy (docs/live-kubernetes.md §4; the pattern of ../shared/docs/live-backends.md §2.3).
+policy (docs/live-kubernetes.md §4: the custom-scheduler pattern of the Kubernetes docs, "Configure Multiple
+Schedulers").
 
 Pods opt in with ``spec.schedulerName``. The scheduler watches nodes and pods (``watcher.py``) and places each
 pending pod of its own, in the order the API server reports them, with the policy's ``place`` on the whole
