@@ -464,9 +464,12 @@ class LiveCluster:
         its old run is seen gone. Returns how many were let go."""
         if not self.outbox:
             return 0
-        queued = [e for e in self.outbox if e.job in self.targets]  # not ended or stopped meanwhile
-        ready = [e for e in queued if not self._winding_down(e.job)]
-        self.outbox = [e for e in queued if self._winding_down(e.job)]
+        ready: list[Outgoing] = []
+        waiting: list[Outgoing] = []
+        for e in self.outbox:
+            if e.job in self.targets:  # not ended or stopped meanwhile
+                (waiting if self._winding_down(e.job) else ready).append(e)
+        self.outbox = waiting
         if not ready:
             return 0
         for e in ready:  # on the job before it runs: its prolog applies it on each node

@@ -16,21 +16,23 @@ from ..core.atomic import write_with
 from .common import console, user_errors
 
 
+def runs_argument(metavar: str):
+    """The run directories `compare` and `report` take."""
+    return typer.Argument(
+        help="run directories (simulate --out), experiment output directories or directories of runs",
+        metavar=metavar,
+        show_default=False,
+    )
+
+
+BASELINE_OPTION = typer.Option(
+    help="the run every change is against: a run directory or a row's label (default: the first run)"
+)
+
+
 def compare_command(
-    runs: Annotated[
-        list[Path],
-        typer.Argument(
-            help="run directories (simulate --out), experiment output directories or directories of runs",
-            metavar="RUN_DIR",
-            show_default=False,
-        ),
-    ],
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            help="the run every change is against: a run directory or a row's label (default: the first run)"
-        ),
-    ] = None,
+    runs: Annotated[list[Path], runs_argument("RUN_DIR")],
+    baseline: Annotated[str | None, BASELINE_OPTION] = None,
     csv: Annotated[
         Path | None,
         typer.Option(

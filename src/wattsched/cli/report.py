@@ -11,24 +11,13 @@ from rich.text import Text
 
 from ..core.atomic import write_text
 from .common import console, user_errors
+from .compare import BASELINE_OPTION, runs_argument
 
 
 def report_command(
-    runs: Annotated[
-        list[Path],
-        typer.Argument(
-            help="run directories (simulate --out), experiment output directories or directories of runs",
-            metavar="RUN_OR_EXPERIMENT_DIR",
-            show_default=False,
-        ),
-    ],
+    runs: Annotated[list[Path], runs_argument("RUN_OR_EXPERIMENT_DIR")],
     out: Annotated[Path, typer.Option("--out", help="the HTML file to write")] = Path("report.html"),
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            help="the run every change is against: a run directory or a row's label (default: the first run)"
-        ),
-    ] = None,
+    baseline: Annotated[str | None, BASELINE_OPTION] = None,
     title: Annotated[str, typer.Option(help="the report's title")] = "wattsched report",
 ) -> None:
     """Write one self-contained HTML report (no network needed to view it): the comparison table with changes
