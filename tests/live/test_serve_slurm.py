@@ -25,8 +25,8 @@ from wattsched.experiments.run import build_scheduler
 
 pytestmark = pytest.mark.slurm
 
-# The sim-to-live script runs at half its length here (28 s instead of 56 s), polled every 0.1 s: the live tests'
-# share of CI stays small, and completions still come >= 1 s apart, ten polls.
+# The sim-to-live script runs at half its length here (32 s instead of 64.5 s), polled every 0.1 s: the live tests'
+# share of CI stays small, and completions still come >= 1.5 s apart, fifteen polls.
 TIME_SCALE = 0.5
 
 
@@ -70,7 +70,7 @@ def cleanup(local_slurm):
 @pytest.mark.parametrize("placement", ["best-fit", "fgd"])
 def test_live_placements_and_start_order_match_the_simulator(local_slurm, cleanup, tmp_path, placement):
     durations = {}
-    for j in DEFAULT_SCRIPT:  # at half the script's length, completions are >= 1 s apart in the simulator
+    for j in DEFAULT_SCRIPT:  # at half the script's length, completions are >= 1.5 s apart in the simulator
         job_id = submit(local_slurm, j.gpus_per_node, j.duration_s * TIME_SCALE, j.num_nodes)
         cleanup.append(job_id)
         durations[job_id] = j.duration_s * TIME_SCALE

@@ -317,3 +317,33 @@ def test_serve_slurm_names_the_power_choices_on_a_bad_power_option():
     res = CliRunner().invoke(app, ["serve", "slurm", "--power", "sometimes", "--metrics-port", "0"])
     assert res.exit_code != 0
     assert "--power: slurm, none or one of" in res.output and "idle-timeout" in res.output
+
+
+def _simulated_script(script, placement: str):
+    """The scripted jobs as the sim-to-live check simulates them: (placements as node-name tuples, end times)."""
+    from wattsched.backends.simcheck import simulate_like
+
+    fake = FakeSlurm.uniform(3)
+    durations = {fake.submit(j.gpus_per_node, num_nodes=j.num_nodes, duration_s=j.duration_s): j.duration_s
+                 for j in script}  # fmt: skip
+    driver = _driver(fake, JobStore(":memory:"), placement)
+    driver.step()  # the mirror holds every job, none started yet
+    jobs, outcome = simulate_like(driver, SimulationConfig(queue="fifo", placement=placement), durations)
+    names = driver.cluster.spec.node_names
+    placed = [tuple(sorted(str(names[n]) for n, *_ in p)) for p in outcome.placements]
+    return placed, np.asarray(outcome.start_s) + jobs.duration_s
+
+
+@pytest.mark.parametrize("placement", ["best-fit", "fgd"])
+def test_the_sim_to_live_script_has_no_near_simultaneous_completions(placement):
+    """The live check compares orders of events; it is only fair if the simulator's completions are far apart
+    and a slow job launch (up to 1.5 s on any job) would not change where later jobs go."""
+    from wattsched.backends.simcheck import DEFAULT_SCRIPT, ScriptedJob
+
+    placed, end = _simulated_script(DEFAULT_SCRIPT, placement)
+    assert np.diff(np.sort(end)).min() >= 3.0
+    rng = np.random.default_rng(7)
+    for _ in range(8):
+        delayed = [ScriptedJob(j.gpus_per_node, j.duration_s + float(rng.uniform(0, 1.5)), j.num_nodes)
+                   for j in DEFAULT_SCRIPT]  # fmt: skip
+        assert _simulated_script(delayed, placement)[0] == placed

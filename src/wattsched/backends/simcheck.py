@@ -82,11 +82,14 @@ def _rank(start: np.ndarray) -> np.ndarray:
     return rank
 
 
-# A few dozen seconds of jobs (GPUs per node, seconds, nodes) on 3 nodes of 4 GPUs: completions >= 2 s apart in
-# the simulator, so that a live loop polling every 0.25 s sees them one at a time, as the simulator does.
+# About a minute of jobs (GPUs per node, seconds, nodes) on 3 nodes of 4 GPUs. In the simulator no two of them
+# complete less than 3 s apart, and a launch delay of up to 1.5 s on any job changes no placement
+# (tests/unit/test_live_backend.py checks both): a live loop then sees completions one at a time, in the
+# simulator's order, even when Slurm is slow to start a job. An earlier script had two completions at the same
+# second, and which one a live loop saw first was a race.
 DEFAULT_SCRIPT = [ScriptedJob(g, s, n) for g, s, n in [
-    (2, 12, 1), (1, 32, 1), (4, 8, 1), (3, 42, 1), (2, 18, 1), (4, 10, 2),
-    (1, 24, 1), (2, 14, 1), (3, 6, 1), (1, 10, 1), (2, 8, 1), (4, 6, 1),
+    (2, 15.5, 1), (1, 30, 1), (4, 8, 1), (3, 42.5, 1), (2, 15, 1), (4, 9.5, 2),
+    (1, 29, 1), (2, 16.5, 1), (3, 6, 1), (1, 12, 1), (2, 9, 1), (4, 13, 1),
 ]]  # fmt: skip
 
 
