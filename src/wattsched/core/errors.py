@@ -22,6 +22,9 @@ class InputError(WattschedError):
         what = f"field '{field}': " if field else ""
         super().__init__(f"{where}: {what}{message}")
 
+    def __reduce__(self):  # pickle by the constructor's arguments: the error crosses to and from worker processes
+        return type(self), (self.path, self.line, self.field, self.message)
+
 
 class UnknownNameError(WattschedError):
     """An unknown policy, cluster, workload or dataset name; lists the valid ones."""
@@ -32,6 +35,9 @@ class UnknownNameError(WattschedError):
         self.valid = sorted(valid)
         plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
         super().__init__(f"unknown {kind} '{name}'; valid {plural}: {', '.join(self.valid)}")
+
+    def __reduce__(self):
+        return type(self), (self.kind, self.name, self.valid)
 
 
 class DataNotFoundError(WattschedError):
