@@ -36,10 +36,9 @@ from .grid import (
     require_times,
     save_figure,
     thinned,
-    worker_count,
     write_results,
 )
-from .parallel import run_tasks
+from .parallel import Execution, grid_done, run_tasks
 
 ProgressFn = Callable[[int, int], None]
 
@@ -197,6 +196,7 @@ def run_experiment(
     plots: bool = True,
     signals: Signals | None = None,
     columns: Mapping[str, str] | None = None,
+    execution: Execution | None = None,
 ) -> ExperimentResult:
     """Every policy x region (or the user's own market of `signals.price_csv`); write results.csv, summary.md and
     the plots into `out`."""
@@ -224,18 +224,20 @@ def run_experiment(
     require_times(inputs, workload)
     tasks = [(p, r) for r in regs for p in names]
     tasks.sort(key=lambda t: t[0] not in ("cedla", "price-aware-no-drs"))  # slowest first keeps workers busy
-    workers = worker_count(workers, len(tasks))
-    records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
+    execution = execution or Execution()
+    records, workers = run_tasks(run_task, setup, tasks, workers, progress, out, execution)
     order = {p: i for i, p in enumerate(POLICIES)}
     records.sort(key=lambda r: (regs.index(r.region), order[r.policy]))
     results = pd.DataFrame([{k: v for k, v in asdict(r).items() if not k.startswith(("week_", "series_"))}
                             for r in records])  # fmt: skip
     out = write_results(out, results)
     summary = summarise(setup, inputs, results, workers)
+    summary["backend"] = execution.backend
     if plots:
         summary["plots"] = write_plots(out, records)
     summary["wall_s"] = time.perf_counter() - started
     write_text(out / "summary.md", render_summary(summary))
+    grid_done(out)
     return ExperimentResult(out, results, summary, records)
 
 
@@ -342,7 +344,8 @@ def render_summary(s: dict[str, Any]) -> str:
         lines += ["", "## Plots", ""] + [f"- `{k}`: {v}" for k, v in s["plots"].items()]
     lines += [
         "",
-        f"{s['workers']} worker(s) on {s['cpus']} CPUs ({s['machine']}); wall {s.get('wall_s', 0):.0f} s.",
+        f"{s['workers']} worker(s) of the {s.get('backend', 'process')} backend; this machine: {s['cpus']} CPUs "
+        f"({s['machine']}); wall {s.get('wall_s', 0):.0f} s.",
         "",
     ]
     return "\n".join(lines)

@@ -30,10 +30,9 @@ from .grid import (
     require_times,
     save_figure,
     thinned,
-    worker_count,
     write_results,
 )
-from .parallel import run_tasks
+from .parallel import Execution, grid_done, run_tasks
 
 FIRST_SEED = 42
 DEFAULT_WORKLOAD = "gavel/msr/all"
@@ -180,6 +179,7 @@ def run_experiment(
     progress: ProgressFn | None = None,
     plots: bool = True,
     columns: Mapping[str, str] | None = None,
+    execution: Execution | None = None,
 ) -> ExperimentResult:
     """Every policy x cluster size x seed; write results.csv, summary.md and the plots into `out`."""
     from .run import load_inputs
@@ -196,16 +196,18 @@ def run_experiment(
     require_times(inputs, workload)
     tasks = [(p, n, s) for n in sizes for s in range(FIRST_SEED, FIRST_SEED + seeds) for p in names]
     tasks.sort(key=lambda t: (t[0] not in ("gandiva", "eaco"), -t[1]))  # slowest first keeps workers busy
-    workers = worker_count(workers, len(tasks))
-    records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
+    execution = execution or Execution()
+    records, workers = run_tasks(run_task, setup, tasks, workers, progress, out, execution)
     grid_wall = time.perf_counter() - started
     results = results_frame(records)
     out = write_results(out, results)
     summary = summarise(setup, inputs, records, results, workers, grid_wall)
+    summary["backend"] = execution.backend
     if plots:
         summary["plots"] = write_plots(out, records, summary)
     summary["wall_s"] = time.perf_counter() - started
     write_text(out / "summary.md", render_summary(summary))
+    grid_done(out)
     return ExperimentResult(out, results, summary, records)
 
 
@@ -285,7 +287,8 @@ def render_summary(s: dict[str, Any]) -> str:
         "- Policies: `eaco`; `fifo` = strict FIFO, whole GPUs, Kubernetes' default LeastAllocated placement "
         "(spreads); `fifo-packed` = strict FIFO, whole GPUs, best-fit (fewest nodes); `gandiva` = wattsched's "
         "Gandiva (docs/baselines.md).",
-        f"- **Wall time: {s['wall_s']:.1f} s** ({s['runs']} runs on {s['workers']} worker process(es), "
+        f"- **Wall time: {s['wall_s']:.1f} s** ({s['runs']} runs on {s['workers']} worker(s) of the "
+        f"{s.get('backend', 'process')} backend, "
         f"{s['summed_run_s']:.1f} s summed over runs); machine: {s['machine']}; load average at the end "
         f"{' / '.join(f'{x:.2f}' for x in s['load_average'] or [])}.",
         "",

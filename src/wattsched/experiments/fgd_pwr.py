@@ -19,7 +19,6 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from ..engine.packing import PackingObserver, run_packing
 from ..policies import PLACEMENT_POLICIES
 from ..policies.base import Placement
 from ..policies.fgd import FragModel, typical_pods
-from .grid import worker_count
+from .parallel import Execution, GridRun, grid_done, run_tasks
 
 DEFAULT_POLICIES = (
     "random",
@@ -242,20 +241,6 @@ def run_one(inputs: GridInputs, policy_name: str, seed: int, inflate: float = 1.
     )
 
 
-_WORKER_INPUTS: GridInputs | None = None
-
-
-def _init_worker(inputs: GridInputs) -> None:
-    global _WORKER_INPUTS
-    _WORKER_INPUTS = inputs
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-def _worker_run(policy: str, seed: int, inflate: float) -> RunCurves:
-    assert _WORKER_INPUTS is not None
-    return run_one(_WORKER_INPUTS, policy, seed, inflate)
-
-
 # -- the grid -----------------------------------------------------------------------------------------------
 def trace_inputs(trace: str, data_dir: str | Path | None = None) -> GridInputs:
     """Load an Alibaba v2023 pod list (short name, e.g. ``default`` or ``gpushare40``) and its 1213-node cluster."""
@@ -296,27 +281,15 @@ def run_grid(
     workers: int | None = None,
     inflate: float = 1.3,
     progress: ProgressFn | None = None,
-) -> list[RunCurves]:
-    tasks = sorted(((p, s) for p in policies for s in seeds), key=lambda t: _cost_rank(t[0]))
-    workers = worker_count(workers, len(tasks))
-    results: list[RunCurves] = []
-    if progress:
-        progress(0, len(tasks))
-    if workers == 1:
-        for p, s in tasks:
-            results.append(run_one(inputs, p, s, inflate))
-            if progress:
-                progress(len(results), len(tasks))
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(inputs,)) as pool:
-            futures = [pool.submit(_worker_run, p, s, inflate) for p, s in tasks]
-            for fut in as_completed(futures):
-                results.append(fut.result())
-                if progress:
-                    progress(len(results), len(tasks))
+    out: str | Path | None = None,
+    execution: Execution | None = None,
+) -> GridRun:
+    """Every policy x seed, longest first; runs sorted by policy (in the order given) and seed."""
+    tasks = sorted(((p, s, inflate) for p in policies for s in seeds), key=lambda t: _cost_rank(t[0]))
+    runs, width = run_tasks(run_one, inputs, tasks, workers, progress, out, execution)
     order = {p: i for i, p in enumerate(policies)}
-    results.sort(key=lambda r: (order[r.policy], r.seed))
-    return results
+    runs.sort(key=lambda r: (order[r.policy], r.seed))
+    return GridRun(runs, width)
 
 
 @dataclass
@@ -339,6 +312,7 @@ def run_experiment(
     progress: ProgressFn | None = None,
     inputs: GridInputs | None = None,
     plots: bool = True,
+    execution: Execution | None = None,
 ) -> ExperimentResult:
     """Run the grid and write curves.csv, grid.csv, summary.md and the plots into `out`."""
     if seeds < 1:
@@ -347,9 +321,9 @@ def run_experiment(
     if inputs is None:
         inputs = trace_inputs(trace, data_dir)
     seed_list = list(range(FIRST_SEED, FIRST_SEED + seeds))
-    workers = worker_count(workers)
+    execution = execution or Execution()
     started = time.perf_counter()
-    runs = run_grid(inputs, names, seed_list, workers, inflate, progress)
+    runs, workers = run_grid(inputs, names, seed_list, workers, inflate, progress, out, execution)
     wall = time.perf_counter() - started
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -358,9 +332,11 @@ def run_experiment(
     write_with(out / "curves.csv", lambda p: curves.to_csv(p, index=False, float_format="%.6g"))
     write_with(out / "grid.csv", lambda p: grid.to_csv(p, index=False, float_format="%.8g"))
     summary = summarise(inputs, runs, names, seed_list, inflate, workers, wall)
+    summary["backend"] = execution.backend
     if plots:
         summary["plots"] = write_plots(out, inputs.label, curves, grid, names)
     write_text(out / "summary.md", render_summary(summary))
+    grid_done(out)
     return ExperimentResult(out, curves, grid, summary, runs)
 
 
@@ -483,7 +459,8 @@ def render_summary(s: dict[str, Any]) -> str:
         f"- Seeds: {s['seeds'][0]}..{s['seeds'][-1]} ({len(s['seeds'])} per policy), inflation {s['inflate']}x "
         f"of cluster GPU capacity, shuffled arrivals, no departures (docs/fgd-pwr.md §5)",
         f"- Cluster: {s['cluster']}; workload: {s['pods']} pods; typical pods: {s['typical']}",
-        f"- Run time: **{s['wall_s']:.1f} s wall** for {s['runs']} runs on {s['workers']} worker process(es) "
+        f"- Run time: **{s['wall_s']:.1f} s wall** for {s['runs']} runs on {s['workers']} worker(s) of the "
+        f"{s.get('backend', 'process')} backend "
         f"({s['cpu_s']:.1f} s summed over runs); machine: {s['machine']}; load average at the end "
         f"{s['load']} (other processes on the machine slow the runs down)",
         "- **Published** = numbers from the FGD repository's expected results or read off the PWR paper's plots "

@@ -35,8 +35,8 @@ from ..policies.hkbu_dag import (
     simulate_dag,
 )
 from ..workloads.hkbu_dag import GENERATORS, UPSTREAM_JOBS, generate
-from .grid import ExperimentResult, machine_description, save_figure, worker_count, write_results
-from .parallel import run_tasks
+from .grid import ExperimentResult, machine_description, save_figure, write_results
+from .parallel import Execution, grid_done, run_tasks
 
 FIRST_SEED = 42
 AWARE = "adadual"
@@ -165,6 +165,7 @@ def run_experiment(
     workers: int | None = None,
     progress: ProgressFn | None = None,
     plots: bool = True,
+    execution: Execution | None = None,
 ) -> ExperimentResult:
     """Every placement x GPU pick x comm mode x seed; write results.csv, summary.json, summary.md and plots."""
     from ..energy.power_models import POWER_MODELS
@@ -187,17 +188,19 @@ def run_experiment(
                  placement=placements_[0], gpu_pick=picks_[0], comm=modes_[0])  # fmt: skip
     seed_list = list(range(FIRST_SEED, FIRST_SEED + seeds))
     tasks = [(p, g, m, s) for p in placements_ for g in picks_ for m in modes_ for s in seed_list]
-    workers = worker_count(workers, len(tasks))
-    records: list[RunRecord] = run_tasks(run_task, setup, tasks, workers, progress)
+    execution = execution or Execution()
+    records, workers = run_tasks(run_task, setup, tasks, workers, progress, out, execution)
     grid_wall = time.perf_counter() - started
     results = results_frame(records)
     out = write_results(out, results)
     summary = summarise(setup, records, results, workers, grid_wall, seed_list)
+    summary["backend"] = execution.backend
     if plots:
         summary["plots"] = write_plots(out, records, summary)
     summary["wall_s"] = time.perf_counter() - started
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", render_summary(summary))
+    grid_done(out)
     return ExperimentResult(out, results, summary, records)
 
 
@@ -288,7 +291,8 @@ def render_summary(s: dict[str, Any]) -> str:
         "- Comm modes: `adadual` = AdaDUAL (threshold 1) in SRSF order, the contention-aware scheduler; "
         "`exclusive` = threshold 0 (one comm task per node at a time); `unaware` = every comm task starts at "
         "once. Compute tasks run SRSF in every mode.",
-        f"- **Wall time: {s['wall_s']:.1f} s** ({s['runs']} runs on {s['workers']} worker process(es), "
+        f"- **Wall time: {s['wall_s']:.1f} s** ({s['runs']} runs on {s['workers']} worker(s) of the "
+        f"{s.get('backend', 'process')} backend, "
         f"{s['summed_run_s']:.1f} s summed over runs); machine: {s['machine']}; load average at the end "
         f"{' / '.join(f'{x:.2f}' for x in s['load_average'] or [])}.",
         "",

@@ -33,8 +33,8 @@ from ..policies.hkbu_dvfs import OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ListConf
 from ..workloads.catalog import missing_data
 from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
 from .config import SimulationConfig
-from .grid import ExperimentResult, save_figure, worker_count, write_csv
-from .parallel import run_tasks
+from .grid import ExperimentResult, save_figure, write_csv
+from .parallel import Execution, grid_done, run_tasks
 
 LABEL = "HKBU-DVFS"
 FIRST_SEED = 42
@@ -475,6 +475,7 @@ def run_experiment(
     trace_gpus: Sequence[str] = TRACE_GPUS,
     workers: int | None = None,
     progress: ProgressFn | None = None,
+    execution: Execution | None = None,
 ) -> ExperimentResult:
     """The task-set sweep, and the DL-trace comparison when `trace` is given and its data are found."""
     models = check_choices(models, TASK_MODELS, "task model")
@@ -502,9 +503,9 @@ def run_experiment(
             for variant in TRACE_POLICIES
             for pm in TRACE_POWER_MANAGERS
         ]
-    workers = worker_count(workers)
+    execution = execution or Execution()
     start = time.perf_counter()
-    done = run_tasks(_run_task, setup, tasks, workers, progress)
+    done, workers = run_tasks(_run_task, setup, tasks, workers, progress, out, execution)
     wall = time.perf_counter() - start
     rows = [r for kind, batch in done if kind == "sets" for r in batch]
     results = pd.DataFrame(rows).sort_values(
@@ -514,6 +515,7 @@ def run_experiment(
     savings = savings_frame(results)
     summary = summarise(results, savings, setup, seeds, wall)
     summary["workers"] = workers
+    summary["backend"] = execution.backend
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "results.csv", results)
     write_csv(out / "savings.csv", savings)
@@ -538,6 +540,7 @@ def run_experiment(
     summary["plots"] = write_plots(out, results, savings)
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", render_summary(summary, savings))
+    grid_done(out)
     return ExperimentResult(out=out, results=results, summary=summary)
 
 

@@ -34,8 +34,8 @@ from ..policies.hkbu_online_pd import (
     solve_offline,
     worst_order,
 )
-from .grid import ExperimentResult, machine_description, save_figure, worker_count, write_csv
-from .parallel import run_tasks
+from .grid import ExperimentResult, machine_description, save_figure, write_csv
+from .parallel import Execution, grid_done, run_tasks
 
 ProgressFn = Callable[[int, int], None]
 DEFAULT_RANDOM = 120
@@ -181,8 +181,10 @@ def run_experiment(
     data_dir: str | Path | None = None,
     progress: ProgressFn | None = None,
     plots: bool = True,
+    execution: Execution | None = None,
 ) -> ExperimentResult:
     started = time.perf_counter()
+    execution = execution or Execution()
     if random_count < 1 or order_searches < 0:
         raise WattschedError("--instances must be at least 1 and --order-searches at least 0")
     if not eta > 0:
@@ -211,22 +213,25 @@ def run_experiment(
     philly_rows: list[dict[str, Any]] = []
     workers_used = 1
     if names:
-        workers_used = worker_count(workers, len(names))
 
         def step(done: int, _: int) -> None:
             if progress:
                 progress(len(rows) + done, total)
 
-        philly_rows = run_tasks(philly_task, setup, [(n,) for n in names], workers_used, step)
+        philly_rows, workers_used = run_tasks(
+            philly_task, setup, [(n,) for n in names], workers, step, out, execution
+        )
         order = {n: i for i, n in enumerate(names)}
         philly_rows.sort(key=lambda r: order[r["policy"]])
         write_csv(out / "philly.csv", pd.DataFrame(philly_rows))
     summary = summarise(ratios, philly_rows, eta, setup if names else None, notes, workers_used)
+    summary["backend"] = execution.backend
     if plots:
         summary["plots"] = write_plots(out, ratios, summary)
     summary["wall_s"] = time.perf_counter() - started
     write_json(out / "summary.json", _finite(summary))
     write_text(out / "summary.md", render_summary(summary))
+    grid_done(out)
     return ExperimentResult(out, ratios, summary, philly_rows)
 
 

@@ -36,8 +36,8 @@ import pandas as pd
 from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from .config import SimulationConfig
-from .grid import parse_list, worker_count
-from .parallel import executor
+from .grid import parse_list
+from .parallel import Execution, GridRun, grid_done, grid_executor
 
 POLICY = "powerflow"
 LABEL = "PowerFlow-reconstructed"
@@ -364,8 +364,12 @@ def _cost_rank(task: Task) -> tuple[int, float]:
 
 
 def run_grid(
-    prep: Prepared, workers: int | None = None, progress: ProgressFn | None = None
-) -> list[RunRecord]:
+    prep: Prepared,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+    out: str | Path | None = None,
+    execution: Execution | None = None,
+) -> GridRun:
     """Every run of the experiment. A seed's equal-energy runs start when their baseline is done, its budget
     sweep when all its baselines are."""
     seeds, baselines = prep.seeds, prep.baselines
@@ -374,17 +378,15 @@ def run_grid(
     first = sorted(uncapped, key=_cost_rank) + [Task("no-budget", POLICY, s) for s in seeds]
     first += sorted(capped, key=_cost_rank)
     total = len(first) + len(seeds) * (len(baselines) + len(prep.fractions))
-    workers = worker_count(workers, total)
     energies: dict[int, dict[str, float]] = {s: {} for s in seeds}
     records: list[RunRecord] = []
     if progress:
         progress(0, total)
-    pool = executor(workers)
-    try:
+    with grid_executor(prep.setup, workers, total, out, execution) as pool:
         pending: set[Future] = set()
 
         def submit(task: Task) -> None:
-            pending.add(pool.submit(run_task, prep.setup, task))
+            pending.add(pool.submit(run_task, task))
 
         for task in first:
             submit(task)
@@ -403,9 +405,7 @@ def run_grid(
                             submit(Task("sweep", POLICY, t.seed, budget_kwh=f * top, budget_fraction=f))
                 if progress:
                     progress(len(records), total)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return records
+    return GridRun(records, pool.workers)
 
 
 # -- the experiment -----------------------------------------------------------------------------------------
@@ -435,15 +435,16 @@ def run_experiment(
     prepared: Prepared | None = None,
     plots: bool = True,
     columns: Mapping[str, str] | None = None,
+    execution: Execution | None = None,
 ) -> ExperimentResult:
     """Run the equal-energy comparison and the sweeps; write the CSVs, summary.md and the plots into `out`."""
     started = time.perf_counter()
     prep = prepared or prepare(
         workload, cluster, gpu_type, seeds, baselines, budget_points, caps, power_manager, data_dir, columns
     )
-    workers = worker_count(workers)
+    execution = execution or Execution()
     grid_started = time.perf_counter()
-    records = run_grid(prep, workers, progress)
+    records, workers = run_grid(prep, workers, progress, out, execution)
     grid_wall = time.perf_counter() - grid_started
     runs = runs_frame(records)
     results = results_frame(records, prep)
@@ -454,10 +455,12 @@ def run_experiment(
     write_with(out / "sweep.csv", lambda p: sweep.to_csv(p, index=False, float_format="%.6g"))
     write_with(out / "runs.csv", lambda p: runs.to_csv(p, index=False, float_format="%.6g"))
     summary = summarise(prep, records, results, sweep, min(workers, len(records)), grid_wall)
+    summary["backend"] = execution.backend
     if plots:
         summary["plots"] = write_plots(out, summary, results, sweep)
     summary["wall_s"] = time.perf_counter() - started  # checks, runs, tables and plots
     write_text(out / "summary.md", render_summary(summary))
+    grid_done(out)
     return ExperimentResult(out, results, sweep, runs, summary, records)
 
 
@@ -706,7 +709,8 @@ def render_summary(s: dict[str, Any]) -> str:
         f"- Sweeps: PowerFlow at {', '.join(f'{f:.0%}' for f in s['fractions'])} of the seed's largest E_b, and "
         f"without a budget; each baseline at SM-clock caps {', '.join(f'{x:g}' for x in s['caps'])} of f_max.",
         f"- **Wall time: {s['wall_s']:.1f} s** in all ({s['grid_wall_s']:.1f} s for {s['runs']} runs on "
-        f"{s['workers']} worker process(es), {s['cpu_s']:.1f} s summed over runs); machine: {s['machine']}; "
+        f"{s['workers']} worker(s) of the {s.get('backend', 'process')} backend, {s['cpu_s']:.1f} s summed over "
+        f"runs); machine: {s['machine']}; "
         f"load average at the end {s['load']}.",
     ]
     if s["incomplete"]:
