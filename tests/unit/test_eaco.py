@@ -229,3 +229,16 @@ def test_the_gpus_of_a_shared_set_draw_the_fitted_combined_load(gavel_dir):
     survivor = int(np.argmax(out.end_s))
     final = frame[frame.job_id == f"j{survivor}"].iloc[-2]  # the row before its release
     assert final.gpu_load == pytest.approx(solo[survivor])
+
+
+def test_a_job_asking_for_part_of_a_gpu_starts_on_an_idle_cluster_and_others_join_it(gavel_dir):
+    # Two half-GPU requests (Alibaba-style shares) and a whole-GPU one: the first opens a set on a free GPU, the
+    # light second one joins it. Before the fix the half-GPU jobs never found a candidate and waited forever.
+    jobs = _jobs(["alexnet", "resnet50", "vgg16"], [0.0, 10.0, 20.0], [1, 1, 1])
+    from dataclasses import replace
+
+    jobs = replace(jobs, gpu_milli=np.array([500, 500, 1000], dtype=jobs.gpu_milli.dtype))
+    _sim, out, policy = _run(jobs, 1, gavel_dir)
+    assert np.isfinite(out.end_s).all()
+    assert out.placements[0] == out.placements[1]
+    assert policy.colocations >= 1

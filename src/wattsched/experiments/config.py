@@ -61,10 +61,10 @@ class SimulationConfig(BaseModel):
         "elasticflow", description="restart delay after a resume, resize or migration: elasticflow | fixed"
     )
     restart_delay_s: float = Field(30.0, ge=0, description="restart_model fixed: the delay in s (Pollux: 30)")
-    performance: Literal["auto", "tables", "trace"] = Field(
+    performance: Literal["auto", "tables", "trace", "generated"] = Field(
         "auto",
         description="job speed: measured throughput tables or trace durations (auto: tables for allocation "
-        "policies, trace durations for queue + placement)",
+        "policies, trace durations for queue + placement); generated: analytic tables, no dataset (demo)",
     )
     sharing_model: Literal["slicing", "eaco"] = Field(
         "slicing",

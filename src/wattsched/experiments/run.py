@@ -235,7 +235,9 @@ def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, sche
         cfg.assign_models == "auto" and bool(getattr(policy, "needs_models", False))
     )
     tables = (
-        assign or cfg.performance == "tables" or (cfg.performance == "auto" and cfg.allocation is not None)
+        assign
+        or cfg.performance in ("tables", "generated")
+        or (cfg.performance == "auto" and cfg.allocation is not None)
     )
     restart = RestartModel(cfg.restart_model, fixed_s=cfg.restart_delay_s)
     return PerformanceModel.build(
@@ -249,6 +251,7 @@ def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, sche
         sharing=sharing_model(cfg.sharing_model),
         sharing_noise=cfg.sharing_noise,
         noise_seed=cfg.seed,
+        generated=cfg.performance == "generated",
     )
 
 

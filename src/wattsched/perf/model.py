@@ -31,6 +31,8 @@ from ..energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response
 from ..energy.utilisation import job_gpu_load
 from .catalog import MODEL_FACTS, OWN_MEASUREMENTS, TABLE_SOURCE, normalise
 from .colocation import SLICING, SharingModel
+from .generated import SOURCE as GENERATED
+from .generated import generated_tables
 from .restart import RestartModel
 from .tables import ScalingTable, elasticflow_tables, gavel_pairs, gavel_tables, parse_gavel_type
 
@@ -38,6 +40,11 @@ ASSIGNMENT_RULE = (
     "uniform at random (seeded) over the models measured for the cluster's GPU type whose table covers the "
     "job's GPU count (over all of them when none does), then uniform over that model's measured batch sizes "
     "(as Gavel assigns job types uniformly at random)"
+)
+
+GENERATED_NOTE = (
+    "throughput tables GENERATED from an analytic data-parallel scaling law (perf/generated.py, docs/perf.md "
+    "§1.1), not measurements: for runs without datasets such as the demo"
 )
 
 
@@ -108,16 +115,22 @@ class PerformanceModel:
         sharing: SharingModel = SLICING,
         sharing_noise: float = 0.0,
         noise_seed: int = 0,
+        generated: bool = False,
     ) -> tuple[PerformanceModel, JobTable]:
         """The model for this workload and cluster, and the job table with assigned model names (if any).
 
         Tables are loaded when some job names a model or models are to be assigned; a job whose model has no
-        table for the cluster's GPU type keeps trace behaviour unless `assign` gives it one.
+        table for the cluster's GPU type keeps trace behaviour unless `assign` gives it one. `generated`: the
+        analytic tables of ``perf.generated`` instead of the measured ones (no dataset needed).
         """
         wants = use_tables and (assign or bool((np.asarray(jobs.model_name, dtype=str) != "").any()))
         sources: dict[int, tuple[str, dict, dict]] = {}
         notes = []
-        if wants:
+        if wants and generated:
+            for code, gpu in enumerate(spec.gpu_models):
+                sources[code] = (f"{GENERATED}/{gpu}", generated_tables(gpu), {})
+            notes.append(GENERATED_NOTE)
+        elif wants:
             for code, gpu in enumerate(spec.gpu_models):
                 sources[code] = _tables_for(gpu, data_dir)
                 if gpu not in OWN_MEASUREMENTS:

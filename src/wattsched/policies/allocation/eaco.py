@@ -23,6 +23,7 @@ the most jobs per GPU) is reconstructed: parameters below, reported in summary.j
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -320,8 +321,11 @@ class EaCO(AllocationPolicy):
             cand = (objective, -util, key, placement)
             if best is None or cand[:2] < best[:2]:
                 best = cand
-        # Whole free GPUs of the requested count, packed onto the fewest nodes (best-fit).
-        free = self.placement.place(plan.state, req) if req.gpu_milli >= MILLI else None
+        # Whole free GPUs of the requested count, packed onto the fewest nodes (best-fit). A request for part of a
+        # GPU looks for a whole one too: every EaCO job holds a share of its GPUs and opens a set others may join
+        # (searching only partly used GPUs left such jobs waiting forever on an idle cluster).
+        whole = req if req.gpu_milli >= MILLI else replace(req, gpu_milli=MILLI)
+        free = self.placement.place(plan.state, whole)
         if free is not None:  # alone on free GPUs: nothing could run it faster, so no bound to check
             free_key = _gpu_set(free)
             cand = (self._objective(view, job, [], free_key, gpu, check=False), 0.0, free_key, free)
