@@ -136,9 +136,34 @@ def test_policies_lists_registered_names():
         assert name in res.output
 
 
-def test_demo_runs_three_policies(tmp_path):
-    res = run("demo", "--jobs", 200, "--out", tmp_path / "demo")
+def test_demo_runs_the_energy_aware_policies_on_built_in_data_only(tmp_path, monkeypatch):
+    import pandas as pd
+    import yaml
+
+    from wattsched.experiments.browser import network_refs
+    from wattsched.experiments.demo import BASELINE, DEMO_RUNS
+
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("WATTSCHED_DATA", str(empty))  # no dataset anywhere: the demo must not need one
+    monkeypatch.setenv("WATTSCHED_CACHE", str(empty))
+    out = tmp_path / "demo"
+    res = run("demo", "--jobs", 150, "--quiet", "--out", out)
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "demo" / "comparison.png").stat().st_size > 10_000
-    assert len((tmp_path / "demo" / "comparison.csv").read_text().splitlines()) == 4
-    assert len(list((tmp_path / "demo").glob("*/summary.json"))) == 3
+    names = [r.name for r in DEMO_RUNS]
+    table = pd.read_csv(out / "comparison.csv")
+    assert table["run"].tolist() == names
+    assert (table["jobs_completed"] == 150).all()
+    assert f"changes against {BASELINE}" in res.output
+    for name in names:
+        cfg = yaml.safe_load((out / name / "config.resolved.yaml").read_text())
+        assert cfg["performance"] == "generated" and cfg["price_csv"].endswith("generated-price.csv")
+    base_kwh = table.loc[table["run"] == BASELINE, "energy_kwh"].iloc[0]
+    budget = yaml.safe_load((out / "powerflow" / "config.resolved.yaml").read_text())["energy_budget_kwh"]
+    assert budget == pytest.approx(base_kwh, rel=1e-6)
+    # the right-sizing runs switch nodes off; the baseline never does
+    assert table.loc[table["run"] == "idle-timeout", "energy_kwh"].iloc[0] < base_kwh
+    html = (out / "report.html").read_text()
+    assert "GENERATED scaling tables" in html and "GENERATED daily sines" in html
+    assert html.count("<svg") >= 5 and not network_refs(html)
+    assert "not market data" in " ".join(res.output.split())  # rich wraps at the terminal width

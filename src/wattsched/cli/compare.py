@@ -3,6 +3,7 @@ baseline run; `--csv` writes the same table (experiments/compare.py builds it, t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -42,26 +43,34 @@ def compare_command(
 ) -> None:
     """Compare runs: energy (by component), cost, carbon, mean / p95 JCT, queueing delay, makespan, GPU allocation,
     deadline misses, SLO violations and restarts, where the runs record them, with the change against a baseline."""
-    from ..experiments.compare import MISSING, comparison, is_component, shown_metrics
+    from ..experiments.compare import comparison
 
     with user_errors():
         frame = comparison(runs, baseline)
         if csv is not None:
             write_with(csv, lambda p: frame.to_csv(p, index=False, float_format="%.10g"))
+    print_comparison(frame)
+    if csv is not None:
+        console.print(Text(f"table written to {csv}"))
+
+
+def print_comparison(frame: pd.DataFrame, only: Sequence[str] | None = None, components: bool = True) -> None:
+    """The comparison table on the terminal: `only` the metrics with these keys (default: every recorded one),
+    then the energy components (unless `components` is False), then what the marks mean."""
+    from ..experiments.compare import MISSING, is_component, shown_metrics
+
     base = frame.loc[frame["baseline"], "run"].iloc[0]
-    metrics = shown_metrics(frame)
+    metrics = [m for m in shown_metrics(frame) if only is None or m.key in only]
     # The energy components get a table of their own: one table of every column is too wide for a terminal.
-    components = [m for m in metrics if is_component(m.key)]
+    parts = [m for m in metrics if is_component(m.key)]
     main = [m for m in metrics if not is_component(m.key)]
     console.print(_fitting(frame, main, f"{len(frame)} run(s), changes against {base}"))
-    if components:
+    if parts and components:
         total = [m for m in main if m.key == "energy_kwh"]
-        console.print(_fitting(frame, total + components, "energy by component (kWh)"))
+        console.print(_fitting(frame, total + parts, "energy by component (kWh)"))
     console.print(Text(f"{MISSING}: not recorded by the run, or no change against a baseline of 0"))
     for basis in dict.fromkeys(frame.loc[frame["reconstructed"], "basis"]):
         console.print(Text(f"reconstructed: {basis}"))
-    if csv is not None:
-        console.print(Text(f"table written to {csv}"))
 
 
 def _cell(value: str, delta: str | None) -> Text:

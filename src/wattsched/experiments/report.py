@@ -229,9 +229,11 @@ def plot_power(runs: list[RunData]) -> tuple[str, str] | None:
         ("price_usd_per_mwh", "price", "USD/MWh", "black", 1.0),
         ("carbon_g_per_kwh", "carbon intensity", "gCO2/kWh", "tab:green", 1.12),
     ):
-        source = next((r for r in having if column in r.series and r.series[column].notna().any()), None)
-        if source is None:
+        recording = [r for r in having if column in r.series and r.series[column].notna().any()]
+        if not recording:
             continue
+        # Runs sample the signal at their own events: the most densely sampled run draws it most faithfully.
+        source = max(recording, key=lambda r: int(r.series[column].notna().sum()))
         twin = ax.twinx()
         twin.spines["right"].set_position(("axes", offset))
         hours, v = _sampled(source.series, [column])
@@ -240,7 +242,7 @@ def plot_power(runs: list[RunData]) -> tuple[str, str] | None:
         twin.tick_params(axis="y", colors=color)
         handles.append(line)
         labels.append(f"{name} (right axis)")
-        signals.append(f"the {name} series of {source.name}")
+        signals.append(f"the {name} series as {source.name} sampled it")
     _legend_below(ax, handles, labels)
     caption = "Cluster power of each run (left axis, kW)"
     caption += (
@@ -544,6 +546,7 @@ figure{margin:1rem 0 1.6rem}figure svg{max-width:100%;height:auto}
 figcaption{font-size:.85rem;color:#5a6272}
 .missing{color:#8a91a0;font-style:italic;font-size:.9rem}
 ul.assume{font-size:.85rem}ul.assume li{margin:.15rem 0}.runs{color:#6b7385}
+ul.notes{font-size:.9rem;background:#f7f8fb;border-left:3px solid #c9a227;padding:.5rem 1rem .5rem 2rem}
 details pre{white-space:pre-wrap;font-size:.75rem;background:#f7f8fb;padding:.5rem}
 """
 
@@ -616,8 +619,10 @@ def build_report(
     baseline: PathLike | None = None,
     title: str = "wattsched report",
     generated: str | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The report of the runs in `paths` (see the module's docstring) as one HTML document."""
+    """The report of the runs in `paths` (see the module's docstring) as one HTML document; `notes` (what the
+    reader must know first, such as generated inputs) open it."""
     frame = comparison(paths, baseline)
     names = short_names(frame)
     runs = [
@@ -645,6 +650,11 @@ def build_report(
         f"<b>{esc(base)}</b>" + (f"; generated {esc(generated)}" if generated else "") + "</p>",
         '<nav><a href="#comparison">comparison</a><a href="#assumptions">assumptions</a>'
         '<a href="#plots">plots</a></nav>',
+        *(
+            ['<ul class="notes" id="notes">', *(f"<li>{esc(n)}</li>" for n in notes), "</ul>"]
+            if notes
+            else []
+        ),
         '<h2 id="comparison">Comparison</h2>',
         f'<p class="meta">Each cell: the value, below it the change against the baseline ({esc(MISSING)}: not '
         "recorded, or no change against a baseline of 0). Green: better, red: worse. Times in hours.</p>",
