@@ -94,7 +94,14 @@ class ProcessExecutor:
         return self._pool.submit(_call_with_shared, fn, *args)
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        try:
+            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        except BaseException:
+            # A second Ctrl-C while waiting: the pool would never tell its workers to stop, and the interpreter
+            # would wait for them at exit. (Python 3.14 has terminate_workers(); 3.11 only this attribute.)
+            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                process.terminate()
+            raise
 
 
 class InlineExecutor:

@@ -26,6 +26,7 @@ INSTALL_HINT = "pip install 'wattsched[ray]'"
 CONNECT_TIMEOUT_S = 5.0
 CANCEL_WAIT_S = 30.0
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # one BLAS thread per worker, as in the process pool
+AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
 
 
 def import_ray():
@@ -127,7 +128,14 @@ class RayExecutor:
             ray.init(address=address, **options)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
             where = f"at {address}" if address else "(local)"
-            raise WattschedError(f"cannot connect to the Ray cluster {where}: {exc}") from None
+            hint = ""
+            if address is not None and AUTH_MODE_VARIABLE not in os.environ:
+                # Ray sends its token to an explicitly named cluster only when told to.
+                hint = (
+                    f"; a cluster started by `ray start` checks a token: set {AUTH_MODE_VARIABLE}=token (the "
+                    "token is read from ~/.ray/auth_token or $RAY_AUTH_TOKEN)"
+                )
+            raise WattschedError(f"cannot connect to the Ray cluster {where}: {exc}{hint}") from None
 
     def _disconnect(self) -> None:
         if self._owns_connection:
