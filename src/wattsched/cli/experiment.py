@@ -9,7 +9,8 @@ import typer
 from rich.markup import escape
 
 from ..experiments.config import SimulationConfig
-from .common import console, progress_bar, user_errors
+from ..experiments.parallel import Execution
+from .common import console, err_console, progress_bar, user_errors
 from .options import config_options, parse_key_values
 
 experiment_app = typer.Typer(
@@ -18,7 +19,28 @@ experiment_app = typer.Typer(
 
 
 # Options every experiment takes.
-WorkersOption = Annotated[int | None, typer.Option(help="worker processes [default: all cores]")]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        help="worker processes; with --backend ray, the most runs at once [default: all cores; the Ray "
+        "cluster's CPUs]"
+    ),
+]
+BackendOption = Annotated[
+    str,
+    typer.Option(
+        help="where the runs go: process (worker processes on this machine) | ray (a Ray cluster; "
+        "pip install 'wattsched[ray]')"
+    ),
+]
+AddressOption = Annotated[
+    str | None,
+    typer.Option(help="--backend ray: the cluster's address, HOST:PORT of its head [default: a local Ray]"),
+]
+FreshOption = Annotated[
+    bool,
+    typer.Option("--fresh", help="rerun every run, clearing those an interrupted run of this --out kept"),
+]
 DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
 # The column mapping of a CSV workload: the same option as `simulate --columns`, from the same config field.
@@ -26,6 +48,17 @@ _COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("colum
 ColumnsOption = Annotated[
     list[str] | None, typer.Option(_COLUMNS.flag, help=escape(_COLUMNS.help), metavar=_COLUMNS.metavar)
 ]
+
+
+def _notice(line: str) -> None:
+    err_console.print(escape(line), soft_wrap=True, highlight=False)  # above the progress bar, never wrapped
+
+
+def grid_execution(backend: str, address: str | None, fresh: bool) -> Execution:
+    """The --backend, --address and --fresh of an experiment, checked before anything is loaded or run."""
+    execution = Execution(backend, address, fresh=fresh, notify=_notice)
+    execution.check()
+    return execution
 
 
 def column_mapping(items: list[str] | None) -> dict[str, str]:
@@ -58,6 +91,9 @@ def fgd_pwr(
         str | None, typer.Option(help="comma-separated placement policies [default: the 11 of the papers]")
     ] = None,
     workers: WorkersOption = None,
+    backend: BackendOption = "process",
+    address: AddressOption = None,
+    fresh: FreshOption = False,
     inflate: Annotated[float, typer.Option(help="arrivals as a multiple of cluster GPU capacity")] = 1.3,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
@@ -68,6 +104,7 @@ def fgd_pwr(
 
     names = parse_list(policies) if policies else None
     with user_errors():
+        execution = grid_execution(backend, address, fresh)
         if names is not None:
             check_policies(names)  # fail on a bad name before loading any data
         inputs = trace_inputs(trace, data_dir)
@@ -82,6 +119,7 @@ def fgd_pwr(
                 inflate=inflate,
                 progress=progress,
                 inputs=inputs,
+                execution=execution,
             )
     s = result.summary
     console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
@@ -111,6 +149,9 @@ def powerflow(
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/powerflow"),
     columns: ColumnsOption = None,
     workers: WorkersOption = None,
+    backend: BackendOption = "process",
+    address: AddressOption = None,
+    fresh: FreshOption = False,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
@@ -119,6 +160,7 @@ def powerflow(
     from ..experiments.powerflow import LABEL, parse_caps, prepare, run_experiment
 
     with user_errors():
+        execution = grid_execution(backend, address, fresh)
         prep = prepare(
             workload,
             cluster,
@@ -133,7 +175,13 @@ def powerflow(
         )
         with progress_bar(f"powerflow {workload}", enabled=not quiet) as progress:
             result = run_experiment(
-                workload, cluster, out=out, workers=workers, progress=progress, prepared=prep
+                workload,
+                cluster,
+                out=out,
+                workers=workers,
+                progress=progress,
+                prepared=prep,
+                execution=execution,
             )
     s = result.summary
     console.print(
@@ -167,6 +215,9 @@ def eaco(
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/eaco"),
     columns: ColumnsOption = None,
     workers: WorkersOption = None,
+    backend: BackendOption = "process",
+    address: AddressOption = None,
+    fresh: FreshOption = False,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
@@ -175,13 +226,14 @@ def eaco(
     from ..experiments.grid import parse_list
 
     with user_errors():
+        execution = grid_execution(backend, address, fresh)
         sizes = parse_numbers(nodes, int, "--nodes", "28,64")
         names = parse_list(policies)
         with progress_bar("eaco", enabled=not quiet) as progress:
             result = run_experiment(
                 nodes=sizes, seeds=seeds, policies=names, workload=workload, max_jobs=max_jobs or None,
                 noise=noise, out=out, workers=workers, data_dir=data_dir, progress=progress,
-                columns=column_mapping(columns),
+                columns=column_mapping(columns), execution=execution,
             )  # fmt: skip
     s = result.summary
     console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
@@ -234,6 +286,9 @@ def cedla(
     ] = None,
     signal_max_gap_hours: Annotated[int, typer.Option(help="longest signal gap interpolated", min=0)] = 6,
     workers: WorkersOption = None,
+    backend: BackendOption = "process",
+    address: AddressOption = None,
+    fresh: FreshOption = False,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
@@ -242,6 +297,7 @@ def cedla(
     from ..experiments.grid import parse_list
 
     with user_errors():
+        execution = grid_execution(backend, address, fresh)
         names = parse_list(policies)
         with progress_bar("cedla", enabled=not quiet) as progress:
             result = run_experiment(
@@ -249,7 +305,7 @@ def cedla(
                 cluster=cluster, deadline_slack=deadline_slack, services=services, max_jobs=max_jobs or None,
                 out=out, workers=workers, data_dir=data_dir, progress=progress,
                 signals=Signals(price_csv, carbon_csv, signal_tz, signal_fill, signal_max_gap_hours),
-                columns=column_mapping(columns),
+                columns=column_mapping(columns), execution=execution,
             )  # fmt: skip
     for reg, e in result.summary["per"].items():
         for p, r in e["policies"].items():
@@ -293,6 +349,9 @@ def hkbu_dvfs(
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-dvfs"),
     columns: ColumnsOption = None,
     workers: WorkersOption = None,
+    backend: BackendOption = "process",
+    address: AddressOption = None,
+    fresh: FreshOption = False,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
@@ -301,6 +360,7 @@ def hkbu_dvfs(
     from ..experiments.hkbu_dvfs import TraceSetup, run_experiment, saving_lines
 
     with user_errors():
+        execution = grid_execution(backend, address, fresh)
         us = parse_numbers(utilisations, float, "--utilisations", "0.2,0.4")
         with progress_bar("hkbu-dvfs", enabled=not quiet) as progress:
             result = run_experiment(
@@ -309,7 +369,7 @@ def hkbu_dvfs(
                 trace=None if trace == "none" else TraceSetup(
                     trace, trace_cluster, trace_jobs or None, deadline_slack, data_dir, column_mapping(columns)
                 ),
-                trace_gpus=parse_list(trace_gpus),
+                trace_gpus=parse_list(trace_gpus), execution=execution,
             )  # fmt: skip
     s = result.summary
     console.print(f"{s['task_sets']} task sets, {s['runs']} schedules in {s['wall_s']:.1f} s")
@@ -343,6 +403,9 @@ def hkbu_dag(
     gpu_mem_mb: Annotated[float, typer.Option(help="GPU memory in MB (upstream: 32768)", min=1.0)] = 32768.0,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-dag"),
     workers: WorkersOption = None,
+    backend: BackendOption = "process",
+    address: AddressOption = None,
+    fresh: FreshOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """HKBU ICDCS'20 DAG scheduling: AdaDUAL + SRSF vs contention-unaware comm, per placement and GPU pick."""
@@ -350,12 +413,14 @@ def hkbu_dag(
     from ..experiments.hkbu_dag import check_names, run_experiment
 
     with user_errors():
+        execution = grid_execution(backend, address, fresh)
         names = check_names(parse_list(placements), parse_list(picks), parse_list(comm_modes))
         with progress_bar("hkbu-dag", enabled=not quiet) as progress:
             result = run_experiment(
                 placements=names[0], picks=names[1], modes=names[2], seeds=seeds, generator=generator,
                 num_jobs=jobs, nodes=nodes, gpus_per_node=gpus_per_node, power_model=power_model,
                 comm_load=comm_load, gpu_mem_mb=gpu_mem_mb, out=out, workers=workers, progress=progress,
+                execution=execution,
             )  # fmt: skip
     s = result.summary
     console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
@@ -387,18 +452,23 @@ def hkbu_online_pd(
     ] = 3.0,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-online-pd"),
     workers: WorkersOption = None,
+    backend: BackendOption = "process",
+    address: AddressOption = None,
+    fresh: FreshOption = False,
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """HKBU-OnlinePD-reconstructed: empirical competitive ratio vs the proven bound, and a Philly replay."""
     from ..experiments.hkbu_online_pd import LABEL, run_experiment
 
-    with user_errors(), progress_bar("hkbu-online-pd", enabled=not quiet) as progress:
-        result = run_experiment(
-            out=out, random_count=instances, order_searches=order_searches, eta=eta, philly=philly,
-            max_jobs=max_jobs or None, deadline_slack=deadline_slack, workers=workers, data_dir=data_dir,
-            progress=progress,
-        )  # fmt: skip
+    with user_errors():
+        execution = grid_execution(backend, address, fresh)
+        with progress_bar("hkbu-online-pd", enabled=not quiet) as progress:
+            result = run_experiment(
+                out=out, random_count=instances, order_searches=order_searches, eta=eta, philly=philly,
+                max_jobs=max_jobs or None, deadline_slack=deadline_slack, workers=workers, data_dir=data_dir,
+                progress=progress, execution=execution,
+            )  # fmt: skip
     s = result.summary
     w = s["worst_instance"]
     console.print(f"{LABEL} (a reconstruction): {s['instances']} small instances in {s['wall_s']:.1f} s")
