@@ -22,7 +22,8 @@ class InputError(WattschedError):
         what = f"field '{field}': " if field else ""
         super().__init__(f"{where}: {what}{message}")
 
-    def __reduce__(self):  # pickle by the constructor's arguments: the error crosses to and from worker processes
+    def __reduce__(self):
+        # Pickled by the constructor's arguments: the error crosses to and from worker processes.
         return type(self), (self.path, self.line, self.field, self.message)
 
 
