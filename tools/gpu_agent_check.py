@@ -33,6 +33,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
@@ -56,15 +58,9 @@ sys.exit(1 if failures else 0)
 def samples(text: str) -> dict[str, dict[str, float]]:
     """{metric name: {gpu index: value}} from the Prometheus text format."""
     out: dict[str, dict[str, float]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, value = line.rsplit(" ", 1)
-        name, _, labels = head.partition("{")
-        gpu = next(
-            (p.split("=")[1].strip('"') for p in labels.rstrip("}").split(",") if p.startswith("gpu=")), ""
-        )
-        out.setdefault(name, {})[gpu] = float(value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[sample.labels.get("gpu", "")] = sample.value
     return out
 
 

@@ -64,9 +64,8 @@ class Execution:
 
 
 # -- the process backend ------------------------------------------------------------------------------------
-def init_worker() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: the processes use the cores
-
+# Set in every worker process of every backend: one BLAS thread per process, the processes use the cores.
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}
 
 _WORKER_SHARED: Any = None
 
@@ -74,7 +73,8 @@ _WORKER_SHARED: Any = None
 def _init_process_worker(shared: Any) -> None:
     global _WORKER_SHARED
     _WORKER_SHARED = shared
-    init_worker()
+    for name, value in WORKER_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 def _call_with_shared(fn: Callable[..., Any], *args: Any) -> Any:

@@ -21,11 +21,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..core.errors import WattschedError
+from .parallel import WORKER_ENV
 
 INSTALL_HINT = "pip install 'wattsched[ray]'"
 CONNECT_TIMEOUT_S = 5.0
 CANCEL_WAIT_S = 30.0
-WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # one BLAS thread per worker, as in the process pool
 AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
 
 

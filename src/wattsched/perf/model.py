@@ -48,7 +48,11 @@ GENERATED_NOTE = (
 )
 
 
-def _tables_for(gpu: str, data_dir) -> tuple[str, dict[str, ScalingTable], dict]:
+def _tables_for(gpu: str, data_dir, generated: bool = False) -> tuple[str, dict[str, ScalingTable], dict]:
+    """(source label, tables by model, Gavel pairs) for one GPU type: its measured tables or their proxy's, or the
+    generated ones."""
+    if generated:
+        return f"{GENERATED}/{gpu}", generated_tables(gpu), {}
     source, name = TABLE_SOURCE.get(gpu, ("elasticflow", "A100"))
     if source == "gavel":
         return f"gavel/{name}", gavel_tables(name, data_dir), gavel_pairs(name, data_dir)
@@ -126,17 +130,15 @@ class PerformanceModel:
         wants = use_tables and (assign or bool((np.asarray(jobs.model_name, dtype=str) != "").any()))
         sources: dict[int, tuple[str, dict, dict]] = {}
         notes = []
-        if wants and generated:
+        if wants:
             for code, gpu in enumerate(spec.gpu_models):
-                sources[code] = (f"{GENERATED}/{gpu}", generated_tables(gpu), {})
-            notes.append(GENERATED_NOTE)
-        elif wants:
-            for code, gpu in enumerate(spec.gpu_models):
-                sources[code] = _tables_for(gpu, data_dir)
-                if gpu not in OWN_MEASUREMENTS:
+                sources[code] = _tables_for(gpu, data_dir, generated)
+                if gpu not in OWN_MEASUREMENTS and not generated:
                     notes.append(
                         f"no throughput measurements for {gpu}: modelled with the {sources[code][0]} tables"
                     )
+            if generated:
+                notes.append(GENERATED_NOTE)
         keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
         assigned = np.zeros(len(jobs), dtype=bool)
         counts: dict[str, int] = {}
