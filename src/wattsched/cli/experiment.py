@@ -22,20 +22,26 @@ experiment_app = typer.Typer(
 WorkersOption = Annotated[
     int | None,
     typer.Option(
-        help="worker processes; with --backend ray, the most runs at once [default: all cores; the Ray "
-        "cluster's CPUs]"
+        help=escape(
+            "worker processes; with --backend ray, the most runs at once [default: all cores; the Ray "
+            "cluster's CPUs]"
+        )
     ),
 ]
 BackendOption = Annotated[
     str,
     typer.Option(
-        help="where the runs go: process (worker processes on this machine) | ray (a Ray cluster; "
-        "pip install 'wattsched[ray]')"
+        help=escape(
+            "where the runs go: process (worker processes on this machine) | ray (a Ray cluster; "
+            "pip install 'wattsched[ray]')"
+        )
     ),
 ]
 AddressOption = Annotated[
     str | None,
-    typer.Option(help="--backend ray: the cluster's address, HOST:PORT of its head [default: a local Ray]"),
+    typer.Option(
+        help=escape("--backend ray: the cluster's address, HOST:PORT of its head [default: a local Ray]")
+    ),
 ]
 FreshOption = Annotated[
     bool,
@@ -88,7 +94,8 @@ def fgd_pwr(
     seeds: Annotated[int, typer.Option(help="runs per policy, seeds 42, 43, ...")] = 10,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/fgd-pwr"),
     policies: Annotated[
-        str | None, typer.Option(help="comma-separated placement policies [default: the 11 of the papers]")
+        str | None,
+        typer.Option(help=escape("comma-separated placement policies [default: the 11 of the papers]")),
     ] = None,
     workers: WorkersOption = None,
     backend: BackendOption = "process",
@@ -155,7 +162,7 @@ def powerflow(
     data_dir: DataDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
-    """PowerFlow-reconstructed vs baselines at equal energy, with budget and clock-cap sweeps (issue 8)."""
+    """PowerFlow-reconstructed vs baselines at equal energy, with budget and clock-cap sweeps."""
     from ..experiments.grid import parse_list
     from ..experiments.powerflow import LABEL, parse_caps, prepare, run_experiment
 

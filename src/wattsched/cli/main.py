@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -185,7 +186,9 @@ def clusters() -> None:
 def power(
     cluster: Annotated[str, typer.Option(help="cluster name or YAML path")] = "default",
     power_model: Annotated[str, typer.Option(help="binary | linear | dvfs")] = "binary",
-    node_base_w: Annotated[float | None, typer.Option(help="node base power W [default: per model]")] = None,
+    node_base_w: Annotated[
+        float | None, typer.Option(help=escape("node base power W [default: per model]"))
+    ] = None,
     data_dir: Annotated[str | None, typer.Option(help="local dataset directory")] = None,
 ) -> None:
     """Cluster power when idle and when every GPU and CPU is allocated, by component."""

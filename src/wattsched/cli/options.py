@@ -64,7 +64,8 @@ def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list
         help_text = info.description or ""
         if choices and not help_text:
             help_text = " | ".join(choices)
-        default = info.get_default(call_default_factory=False)
+        # A field with a default factory (a mapping, a nested model) or none at all shows no default.
+        default = None if info.default_factory is not None or info.is_required() else info.default
         if default is not None and not isinstance(default, BaseModel):
             help_text += f" [default: {default}]" if "[default" not in help_text else ""
         kind = str if annotation is datetime else annotation

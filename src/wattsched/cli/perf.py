@@ -6,6 +6,7 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .common import console, user_errors
@@ -24,7 +25,7 @@ def colocate_cmd(
     hours: Annotated[
         float | None,
         typer.Option(
-            "--hours", min=0.001, help="solo JCT of every job [default: EaCO Table 1, else its mean]"
+            "--hours", min=0.001, help=escape("solo JCT of every job [default: EaCO Table 1, else its mean]")
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,

@@ -171,7 +171,7 @@ def show(
     ] = "direct",
     data_dir: DataDirOption = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="PNG path [default: signals_<region>_<year>.png].")
+        Path | None, typer.Option("--out", help=escape("PNG path [default: signals_<region>_<year>.png]."))
     ] = None,
     fill: Annotated[
         str | None, typer.Option("--fill", help="Fill gaps longer than --max-gap-hours: hold | interpolate.")

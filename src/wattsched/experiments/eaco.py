@@ -1,4 +1,4 @@
-"""`wattsched experiment eaco`: EaCO against FIFO, FIFO_packed and Gandiva on EaCO's two cluster sizes (issue 9).
+"""`wattsched experiment eaco`: EaCO against FIFO, FIFO_packed and Gandiva on EaCO's two cluster sizes.
 
 Every run shares the workload, the cluster, the sharing model fitted to EaCO's measurements (``sharing_model:
 eaco``) with the same seeded prediction noise, the power model and the idle-timeout power manager (nodes with no
@@ -56,7 +56,7 @@ PAPER_FEWER_NODES = {
     28: {"fifo": 30.0, "fifo-packed": 29.0, "gandiva": 4.0},
     64: dict.fromkeys(BASELINES, 47.0),
 }
-# The issue's targets: energy saving against each baseline (%), on each cluster size.
+# The targets (BENCHMARKS.md): energy saving against each baseline (%), on each cluster size.
 TARGET_SAVING = {28: {"fifo": 30.0, "fifo-packed": 15.0, "gandiva": 5.0}, 64: {"fifo": 30.0}}
 TARGET_RUNTIME_PCT = 5.0
 TARGET_WALL_S = 600.0
@@ -330,7 +330,7 @@ def render_summary(s: dict[str, Any]) -> str:
                 f"| {v['runtime_change_pct']:+.1f} % | {v['jct_change_pct']:+.1f} % |"
             )
     lines += ["", "Paper: average runtime +<3.23 %; average total time (wait + run) down by up to 97 % vs FIFO on 28 "
-              "nodes.", "", "## Targets (issue 9)", ""]  # fmt: skip
+              "nodes.", "", "## Targets", ""]  # fmt: skip
     lines += _target_lines(s)
     lines += [
         "",

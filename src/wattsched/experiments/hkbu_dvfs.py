@@ -1,4 +1,4 @@
-"""`wattsched experiment hkbu-dvfs`: the HKBU-DVFS list scheduler over the paper's task-set sweep (issue 11).
+"""`wattsched experiment hkbu-dvfs`: the HKBU-DVFS list scheduler over the paper's task-set sweep.
 
 For each task model (the fitted 2070S and 1080Ti models and the upstream simulator's own synthetic draws,
 workloads/hkbu_tasks.py), each task-set utilisation U (0.2 to 1.6) and seed, one task set is drawn and scheduled by
@@ -294,7 +294,7 @@ def render_summary(s: dict[str, Any], savings: pd.DataFrame) -> str:
     p = s["parameters"]
     lo, hi = EENERGY_TRAINING_SAVING_PCT
     lines = [
-        f"# {LABEL}: DVFS savings of the list scheduler (issue 11)",
+        f"# {LABEL}: DVFS savings of the list scheduler",
         "",
         f"{s['task_sets']} task sets, {s['runs']} schedules, {s['wall_s']:.1f} s. Cluster of {p['gpus']} GPUs, "
         f"{p['gpus_per_node']} per node; θ = {p['theta']}; DRS idle ticks {p['drs_idle_ticks']}; "

@@ -1,5 +1,5 @@
 """`wattsched experiment hkbu-online-pd`: HKBU-OnlinePD-reconstructed against the offline optimum of the same ILP,
-and on the Philly trace against greedy first-fit and EDF at default clocks (issue 11, part 3).
+and on the Philly trace against greedy first-fit and EDF at default clocks.
 
 1. **Empirical ratio** (offline optimum / online objective) on small instances of one family (docs/hkbu-online-pd.md
    §4), for which the proven bound is printed: random instances in their arrival order, and adversarial ones (the

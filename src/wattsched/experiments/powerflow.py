@@ -1,4 +1,4 @@
-"""`wattsched experiment powerflow`: PowerFlow-reconstructed against baselines at equal energy (issue 8, item 3).
+"""`wattsched experiment powerflow`: PowerFlow-reconstructed against baselines at equal energy.
 
 For every seed (42, 43, ...) and baseline the baseline runs at the maximum clock; its total energy E_b becomes the
 budget of a PowerFlow run (``energy_budget_kwh = E_b``), and the two are compared on mean JCT, p95 JCT and makespan
@@ -51,7 +51,7 @@ DEFAULT_CAPS = (
 )  # SM-clock fractions of f_max (dvfs accepts 0.5-1 on the catalog GPUs)
 BUDGET_RANGE = (0.6, 1.2)  # sweep: fractions of the seed's largest baseline energy
 FIRST_SEED = 42
-TARGET_RATIO = 1.5  # issue 8: PowerFlow's mean JCT at least 1.5x shorter than each baseline's at equal energy
+TARGET_RATIO = 1.5  # target: PowerFlow's mean JCT at least 1.5x shorter than each baseline's at equal energy
 PAPER_RATIO = (1.57, 3.39)  # arXiv 2304.06381 abstract: "1.57-3.39x at most" (docs/seed-systems.md §2)
 BUDGET_TOLERANCE_PCT = 2.0
 QUEUE_BASELINE = "fifo"  # queue fifo + placement first-fit at the trace GPU count
@@ -723,7 +723,7 @@ def render_summary(s: dict[str, Any]) -> str:
         "## Equal-energy comparison (mean JCT ratio = baseline / PowerFlow)",
         "",
         f'Paper: "under the same energy consumption, PowerFlow improves the average JCT by **{lo}-{hi}x at most**" '
-        f"(docs/seed-systems.md §2). Target (issue 8): at least {TARGET_RATIO}x per baseline.",
+        f"(docs/seed-systems.md §2). Target: at least {TARGET_RATIO}x per baseline.",
         "",
         "| baseline | mean JCT baseline (h) | mean JCT PowerFlow (h) | **JCT ratio** | paper 1.57-3.39x "
         f"| target {TARGET_RATIO}x | p95 ratio | makespan ratio | E_b (kWh) | E PowerFlow (kWh) | budget error |",
@@ -855,7 +855,7 @@ def _target_lines(s: dict[str, Any]) -> list[str]:
     wall = s["wall_s"]
     lines.append(
         f"- whole experiment under 10 minutes: {'met' if wall < 600 else '**missed**'} ({wall:.0f} s on "
-        f"{s['workers']} worker process(es); the issue's 10 minutes are for 4 baselines, 3 seeds, 7 budget "
+        f"{s['workers']} worker process(es); the 10-minute target is for 4 baselines, 3 seeds, 7 budget "
         "points on 2 cores)"
     )
     return lines

@@ -171,7 +171,7 @@ class FitRow:
         return self.avg_jct_h / self.avg_jct_h_measured - 1.0
 
 
-ENERGY_TOLERANCE = 0.05  # the calibration targets: 5 % in energy, 2 % in JCT per row
+ENERGY_TOLERANCE = 0.05  # calibration targets: 5 % in energy, 2 % in JCT per row
 JCT_TOLERANCE = 0.02
 
 
