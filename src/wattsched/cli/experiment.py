@@ -281,10 +281,17 @@ def cedla(
     columns: ColumnsOption = None,
     price_csv: Annotated[
         str | None,
-        typer.Option(help="your own market: hourly CSV (time, price_usd_per_mwh) instead of --region"),
+        typer.Option(
+            help="your own market instead of --region: hourly prices (time, price_usd_per_mwh; or a GreenDCC "
+            "standardized or processed price file, recognised by header)"
+        ),
     ] = None,
     carbon_csv: Annotated[
-        str | None, typer.Option(help="with --price-csv: hourly CSV (time, carbon_g_per_kwh)")
+        str | None,
+        typer.Option(
+            help="with --price-csv: hourly carbon intensity (time, carbon_g_per_kwh; or an Electricity Maps "
+            "hourly file)"
+        ),
     ] = None,
     signal_tz: Annotated[str, typer.Option(help="time zone of --price-csv / --carbon-csv")] = "UTC",
     signal_fill: Annotated[

@@ -118,10 +118,14 @@ class SimulationConfig(BaseModel):
     region: str | None = Field(None, description="grid region for price and carbon, e.g. US-CAL-CISO")
     year: int = Field(2023, description="grid signal year")
     price_csv: str | None = Field(
-        None, description="hourly price CSV of your own market: time, price_usd_per_mwh (instead of --region)"
+        None,
+        description="hourly price CSV of your own market, instead of --region: time, price_usd_per_mwh, or a "
+        "GreenDCC standardized or processed price file (recognised by header; docs/signals.md §6a)",
     )
     carbon_csv: str | None = Field(
-        None, description="hourly carbon-intensity CSV: time, carbon_g_per_kwh (instead of --region)"
+        None,
+        description="hourly carbon-intensity CSV, instead of --region: time, carbon_g_per_kwh, or an Electricity "
+        "Maps hourly file (recognised by header; --carbon-kind picks its column)",
     )
     signal_tz: str = Field("UTC", description="time zone of the market of --price-csv / --carbon-csv")
     align: Literal["weekday_hour", "offset"] = Field("weekday_hour", description="trace-to-grid time rule")

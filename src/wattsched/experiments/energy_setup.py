@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from ..energy.power_models import POWER_MODELS
@@ -56,7 +57,10 @@ def _signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[st
                 )
                 out.append(None)
                 continue
-            signal = signals.load_csv_signal(path, kind, cfg.year, cfg.signal_tz, **fill)
+            signal = signals.load_csv_signal(
+                path, kind, cfg.year, cfg.signal_tz, carbon=cfg.carbon_kind, **fill
+            )
+            notes.extend(f"--{kind}-csv {Path(path).name}: {note}" for note in signal.report["notes"])
             out.append(signals.align(signal, trace_start, **kw))
         return out[0], out[1]
     if cfg.region is None:

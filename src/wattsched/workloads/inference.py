@@ -182,6 +182,11 @@ def service_jobs(
     start, with the hour's GPU utilisation (lambda / (c mu)) and request rate. Job ids read ``<service>@h<hour>``."""
     ids, submit, gpus, util, rates, users = [], [], [], [], [], []
     for svc in services:
+        if svc.model not in rate_per_gpu:
+            raise WattschedError(
+                f"service {svc.name} is served by {svc.model}, which the throughput tables do not have "
+                f"(they have: {', '.join(sorted(rate_per_gpu)) or 'no model with a batch size'})"
+            )
         mu = rate_per_gpu[svc.model]
         need = svc.gpus_per_hour(mu)
         hours = np.arange(start_hour, start_hour + len(need))
