@@ -27,7 +27,7 @@ def market(tmp_path):
 
 
 def _run(market, policy: dict, deadline_h: float | None, manager: str = "always-on"):
-    deadline = "" if deadline_h is None else ",deadline"
+    deadline = "" if deadline_h is None else ",deadline_at"
     lines = [f"job_id,submit_time,duration,num_gpu{deadline}"]
     for i in range(6):
         extra = "" if deadline_h is None else f",{i * 600 + deadline_h * 3600}"
@@ -89,7 +89,7 @@ def test_services_run_every_hour_without_slo_violations_under_cedla(market):
     """Service-hours are never deferred, and the planner reserves their GPUs (rates CSV: 2 days)."""
     rates = market / "rates.csv"
     rates.write_text("hour,resnet50\n" + "".join(f"{h},{100 + 50 * (h % 24)}\n" for h in range(48)))
-    lines = ["job_id,submit_time,duration,num_gpu,deadline"]
+    lines = ["job_id,submit_time,duration,num_gpu,deadline_at"]
     lines += [f"j{i},{i * 600},7200,2,{i * 600 + 30 * 3600}" for i in range(6)]
     (market / "jobs.csv").write_text("\n".join(lines) + "\n")
     cfg = SimulationConfig(
@@ -111,7 +111,7 @@ def test_services_run_every_hour_without_slo_violations_under_cedla(market):
 
 def _jobs_csv(market, rows: list[str]) -> str:
     (market / "jobs.csv").write_text(
-        "job_id,submit_time,duration,num_gpu,deadline\n" + "\n".join(rows) + "\n"
+        "job_id,submit_time,duration,num_gpu,deadline_at\n" + "\n".join(rows) + "\n"
     )
     return str(market / "jobs.csv")
 

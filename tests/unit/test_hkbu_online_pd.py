@@ -152,7 +152,7 @@ def test_bad_formulation_is_a_clear_error():
 
 
 def _workload(tmp_path, rows):
-    lines = ["job_id,submit_time,duration,num_gpu,deadline"]
+    lines = ["job_id,submit_time,duration,num_gpu,deadline_at"]
     lines += [f"j{i},{s},{d},{g},{dl}" for i, (s, d, g, dl) in enumerate(rows)]
     (tmp_path / "jobs.csv").write_text("\n".join(lines) + "\n")
     (tmp_path / "c.yaml").write_text(

@@ -199,7 +199,7 @@ def test_generic_csv_seconds():
     np.testing.assert_array_equal(jobs.gpu_milli, [1000, 500, 1000, 0])  # default 1000, 0 for CPU-only
     assert list(jobs.gpu_spec) == ["", "T4|A10", "A100", ""]
     np.testing.assert_array_equal(jobs.job_class, [TRAINING, INFERENCE, TRAINING, TRAINING])
-    np.testing.assert_array_equal(jobs.deadline_s[1:3], [120, 86400])
+    np.testing.assert_array_equal(jobs.deadline_s[1:3], [30 + 120, 60 + 86400])  # submit + seconds after it
     assert np.isnan(jobs.deadline_s[0])
     assert list(jobs.user) == ["alice", "bob", "alice", "carol"]
     assert w.time_origin_utc is None

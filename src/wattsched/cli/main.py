@@ -16,7 +16,7 @@ from ..experiments.run import run_simulation
 from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
 from .agent import agent_command, agent_job_command
-from .common import console, progress_bar, user_errors
+from .common import console, err_console, progress_bar, user_errors
 from .compare import compare_command
 from .data import data_app
 from .experiment import experiment_app
@@ -74,6 +74,9 @@ def _simulate(overrides: dict[str, Any], extra: dict[str, Any]) -> None:
         cfg = resolve_config(extra["config"], overrides)
         with progress_bar(f"{cfg.mode} {cfg.workload}", enabled=not quiet) as progress:
             result = run_simulation(cfg, out, progress)
+    for note in result.summary.get("notes", []):
+        if note.startswith("warning:"):  # e.g. deadlines that leave most jobs less than their duration
+            err_console.print(Text(note), highlight=False, soft_wrap=True)
     if not quiet:
         print_summary(result.summary, out)
 

@@ -31,7 +31,7 @@ class JobTable:
     gpu_spec: np.ndarray  # object [J]: "" or "A|B"
     job_class: np.ndarray  # int8 [J]: TRAINING or INFERENCE
     model_name: np.ndarray  # object [J]
-    deadline_s: np.ndarray  # float64 [J], NaN when none
+    deadline_s: np.ndarray  # float64 [J]: absolute, on the submit_s clock; NaN when none
     user: np.ndarray  # object [J]: user or virtual cluster
     source_line: np.ndarray  # int64 [J]: line in the input file (1-based, header = line 1); 0 if generated
     gpu_util: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64 [J]: GPU util, NaN unknown

@@ -32,7 +32,9 @@ class SimulationConfig(BaseModel):
     columns: dict[str, str] = Field(
         default_factory=dict,
         description="generic job CSV with other column names: read wattsched's field FIELD from the file's "
-        "column COLUMN, e.g. submit_time=submission_time (repeat the flag, or separate items with commas)",
+        "column COLUMN, e.g. submit_time=submission_time (repeat the flag, or separate items with commas); a "
+        "deadline in seconds after submission maps as deadline=COLUMN, an absolute one as deadline_at=COLUMN "
+        "(an ElasticFlow trace's ddl is read as deadline_at)",
         json_schema_extra=cli(metavar="FIELD=COLUMN"),
     )
     cluster: str = Field("default", description="cluster name (see `wattsched clusters`) or YAML path")

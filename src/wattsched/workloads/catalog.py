@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import DataNotFoundError, UnknownNameError, WattschedError
+from ..core.errors import DataNotFoundError, InputError, UnknownNameError, WattschedError
 from ..core.jobs import JobTable
 from ..data.registry import locate
 from .pollux import read_pollux_workload
@@ -151,6 +151,17 @@ def refuse_column_mapping(name: str, columns: Mapping[str, str] | None) -> None:
         )
 
 
+def _require_jobs(loaded: LoadedWorkload) -> LoadedWorkload:
+    """A trace that yields no job is an error, never an empty run."""
+    if len(loaded.jobs):
+        return loaded
+    if loaded.invalid_skipped:
+        why = f"no valid job: all {loaded.invalid_skipped} row(s) are invalid and were skipped"
+    else:
+        why = "no jobs: the file has a header but no data rows"
+    raise InputError(loaded.path, None, None, why)
+
+
 def load_workload(
     name: str,
     data_dir: str | Path | None = None,
@@ -163,7 +174,7 @@ def load_workload(
     if entry is None and name not in _COMPOSITE:
         if name.lower().endswith(".csv") or _exists(name):
             # the hardened reader: a directory, a missing or unreadable file, binary bytes -> one InputError
-            return read_generic_csv(name, skip_invalid=skip_invalid, columns=columns)
+            return _require_jobs(read_generic_csv(name, skip_invalid=skip_invalid, columns=columns))
         raise UnknownNameError("workload", name, [*workload_names(), "PATH.csv"])
     refuse_column_mapping(name, columns)
     if name in _COMPOSITE:

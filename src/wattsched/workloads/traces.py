@@ -58,10 +58,20 @@ _SPACE = np.frombuffer(_WHITESPACE.encode(), dtype=np.uint8)
 
 GENERIC_REQUIRED = ("job_id", "submit_time", "duration", "num_gpu")
 GENERIC_OPTIONAL = (
-    "gpu_milli", "cpu_milli", "memory_mib", "gpu_model", "job_class", "model_name", "deadline", "user",
+    "gpu_milli", "cpu_milli", "memory_mib", "gpu_model", "job_class", "model_name", "deadline", "deadline_at",
+    "user",
 )  # fmt: skip
 GENERIC_FIELDS = (*GENERIC_REQUIRED, *GENERIC_OPTIONAL)
 _MAPPING_HINT = "; a trace with other column names: map them with --columns FIELD=COLUMN"
+# ElasticFlow's traces (pkusys/ElasticFlow traces_for_ElasticFlow/*.csv): `ddl` is an absolute deadline in the
+# submit_time clock; `iteration` / `real_iteration`, `batch_size` and `real_duration` feed no field.
+ELASTICFLOW_COLUMNS = frozenset(
+    {"job_id", "submit_time", "model_name", "ddl", "batch_size", "num_gpu", "duration"}
+)
+ELASTICFLOW_MAPPING = {"deadline_at": "ddl"}
+# A deadline column is suspect when it leaves most jobs less time than their own duration.
+DEADLINE_SUSPECT_SHARE = 0.5
+_ALTERNATIVE = {"deadline": "deadline_at", "deadline_at": "deadline"}
 
 
 # -- shared helpers ------------------------------------------------------------------------------------------
@@ -294,6 +304,8 @@ def _finish(
     idx = np.flatnonzero(keep)
     kept = {k: (None if c is None else np.asarray(c)[idx]) for k, c in cols.items()}
     submit, origin = _rebase(np.asarray(kept.pop("submit_s"), dtype=np.float64))
+    if kept.get("deadline_s") is not None and np.isfinite(origin):
+        kept["deadline_s"] = np.asarray(kept["deadline_s"], dtype=np.float64) - origin  # same clock as submit
     if skipped:
         notes.append(f"{skipped} invalid row(s) skipped")
     if np.isfinite(origin) and origin != 0:
@@ -630,6 +642,9 @@ def read_generic_csv(
     df, lines = read_table(path)
     notes = ["generic wattsched job CSV"]
     labels: dict[str, str] = {}
+    columns, layout_note = _with_elasticflow_mapping(df, columns)
+    if layout_note:
+        notes.append(layout_note)
     if columns:
         df, labels, mapping_notes = _map_generic_columns(df, path, columns)
         notes += mapping_notes
@@ -662,15 +677,13 @@ def read_generic_csv(
     mem = np.nan_to_num(optional_number("memory_mib", 0), nan=0.0)
     check_non_negative(v, cpu, "cpu_milli")
     check_non_negative(v, mem, "memory_mib")
-    deadline = optional_number("deadline", np.nan)
-    msg = "deadline must be a positive number of seconds after submit, got {value}"
-    v.flag(deadline <= 0, "deadline", msg, deadline)
+    deadline, deadline_note = _generic_deadline(v, df, path, submit, duration, epoch_times, optional_number)
     spec = normalise_gpu_spec(v, df["gpu_model"], "gpu_model") if "gpu_model" in df else None
     job_class = parse_job_class(v, df["job_class"], "job_class") if "job_class" in df else None
     if epoch_times:
         notes.append("submit_time given as timestamps: times without a zone are taken as UTC")
-    if "deadline" in df:
-        notes.append("deadline_s holds the deadline relative to submission (seconds after submit)")
+    if deadline_note:
+        notes.append(deadline_note)
     return _finish(
         v, skip_invalid, path, source or path.name, notes, epoch_times=epoch_times,
         job_id=ids, submit_s=submit, duration_s=duration, num_gpu=num, gpu_milli=milli, cpu_milli=cpu,
@@ -678,6 +691,65 @@ def read_generic_csv(
         model_name=_text(df["model_name"]) if "model_name" in df else None,
         deadline_s=deadline, user=_text(df["user"]) if "user" in df else None,
     )  # fmt: skip
+
+
+def _with_elasticflow_mapping(
+    df: pd.DataFrame, columns: Mapping[str, str] | None
+) -> tuple[Mapping[str, str] | None, str | None]:
+    """The column mapping, with ElasticFlow's absolute `ddl` read as `deadline_at` when the file has ElasticFlow's
+    layout and the mapping does not say otherwise; and the note that says so."""
+    header = {str(c) for c in df.columns}
+    elasticflow = header >= ELASTICFLOW_COLUMNS and bool({"iteration", "real_iteration"} & header)
+    given = dict(columns or {})
+    if (
+        not elasticflow
+        or "ddl" in {c.strip() for c in given.values()}
+        or {"deadline", "deadline_at"} & set(given)
+    ):
+        return columns, None
+    note = "ElasticFlow trace layout: its ddl column is read as an absolute deadline (deadline_at=ddl)"
+    return {**ELASTICFLOW_MAPPING, **given}, note
+
+
+def _generic_deadline(v, df, path: Path, submit, duration, epoch_times: bool, optional_number):
+    """Absolute deadlines (the submit_time clock) from ``deadline`` (seconds after submit) or ``deadline_at``
+    (absolute), and a note; a warning is added when the deadlines leave most jobs less than their duration."""
+    if "deadline" in df and "deadline_at" in df:
+        raise InputError(
+            path, 1, None, "give deadline (seconds after submit) or deadline_at (an absolute time), not both"
+        )
+    if "deadline_at" in df:
+        field = "deadline_at"
+        if epoch_times:
+            at = v.timestamp(df[field], field, required=False)
+        else:
+            at = v.number(df[field], field, required=False, default=np.nan)
+        msg = "deadline_at {value} is not after the job's submit_time (seconds after submit go in `deadline`)"
+        v.flag(at <= submit, field, msg, df[field].to_numpy())
+        absolute, note = at, "deadline_at: absolute deadlines in the submit_time clock"
+    else:
+        field = "deadline"
+        relative = optional_number("deadline", np.nan)
+        msg = "deadline must be a positive number of seconds after submit, got {value}"
+        v.flag(relative <= 0, "deadline", msg, relative)
+        absolute = submit + relative
+        note = (
+            "deadline: seconds after submission (stored as submit + deadline)" if "deadline" in df else None
+        )
+    has = np.isfinite(absolute) & np.isfinite(submit) & np.isfinite(duration) & ~v.bad
+    short = has & (absolute - submit < duration)
+    if has.any() and short.sum() > DEADLINE_SUSPECT_SHARE * has.sum():
+        other = (
+            "if the column holds absolute times, map it with --columns deadline_at=COLUMN"
+            if field == "deadline"
+            else "if the column holds seconds after submission, map it with --columns deadline=COLUMN"
+        )
+        column = v.labels.get(field, field)
+        note = (
+            f"warning: {path.name}: {int(short.sum())} of {int(has.sum())} jobs have a deadline ({field}, column "
+            f"'{column}') sooner than submit + their duration; {other}"
+        )
+    return absolute, note
 
 
 def _check_column_mapping(columns: Mapping[str, str], where: str | Path) -> None:
@@ -717,8 +789,8 @@ def _map_generic_columns(
     field_of: dict[str, str] = {}  # file column -> the field it feeds
     for field in GENERIC_FIELDS:
         column = columns.get(field, field)
-        if column not in df.columns:
-            continue
+        if column not in df.columns or (field not in columns and _ALTERNATIVE.get(field) in columns):
+            continue  # a deadline given one way is not also read the other way by its name
         if column in field_of:
             first, second = (
                 f"'{f}'" + ("" if f in columns else " (by its name)") for f in (field_of[column], field)
