@@ -74,7 +74,7 @@ def _simulate(overrides: dict[str, Any], extra: dict[str, Any]) -> None:
         cfg = resolve_config(extra["config"], overrides)
         with progress_bar(f"{cfg.mode} {cfg.workload}", enabled=not quiet) as progress:
             result = run_simulation(cfg, out, progress)
-    for note in result.summary.get("notes", []):
+    for note in getattr(result, "summary", {}).get("notes", []):
         if note.startswith("warning:"):  # e.g. deadlines that leave most jobs less than their duration
             err_console.print(Text(note), highlight=False, soft_wrap=True)
     if not quiet:
