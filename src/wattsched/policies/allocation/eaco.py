@@ -95,7 +95,10 @@ class EaCO(AllocationPolicy):
         n = len(ctx.jobs)
         # History key per job: its model and batch size (Gavel measures pairs per batch size).
         self.model = [f"{self.perf.model_key(j)}@{self.perf.batch[j]:g}" for j in range(n)]
-        self.load = np.array([self.perf.slicing_utilisation(j) for j in range(n)])
+        self.load = np.array(
+            [self.perf.slicing_utilisation(j) for j in range(n)]
+        )  # as the sharing model sees it
+        self.power_load = np.asarray(self.perf.job_load, dtype=float)  # what a job alone draws (the engine's)
         self.memory = np.array([self.perf.memory_gib(j) for j in range(n)])
         self._last_signature: tuple | None = None
         self._shape = np.full(n, -1, dtype=np.int64)
@@ -360,11 +363,11 @@ class EaCO(AllocationPolicy):
                 return None
             slowdowns.append(1.0 / speed)
         sharing = self.perf.sharing
-        loads_before = [float(self.load[k]) for k in group]
-        loads_after = [*loads_before, float(self.load[job])]
+        loads_before = [float(self.power_load[k]) for k in group]
+        loads_after = [*loads_before, float(self.power_load[job])]
         added = min(1.0, sharing.gpu_load(loads_after)) - min(1.0, sharing.gpu_load(loads_before))
         dyn = gpu.max_w - gpu.idle_w
-        alone_w = gpu.idle_w + dyn * min(1.0, float(self.load[job]))
+        alone_w = gpu.idle_w + dyn * min(1.0, float(self.power_load[job]))
         added_w = dyn * added if group else alone_w  # free GPUs: they leave idle
         # The newcomer's time next to the group stretches by its slowdown: energy over its run.
         energy_rel = added_w * slowdowns[-1] / alone_w if alone_w > 0 else 0.0
