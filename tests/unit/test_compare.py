@@ -162,7 +162,7 @@ EXPERIMENT_CASES = [
     ("powerflow", "runs.csv", 5, {"kind=equal policy=powerflow baseline=fifo seed=42": {
         "energy_kwh": 98.5645, "jct_mean_s": 3242.39, "restarts": 192}}, {"powerflow"}),
     ("eaco", "results.csv", 2, {"nodes=28 policy=fifo seed=42": {"energy_kwh": 7952.85, "jct_mean_s": 1.41936e06}},
-     set()),
+     {"eaco"}),
     ("cedla", "results.csv", 4, {"policy=cedla region=US-CAL-CISO": {"cost_usd": 3013.37, "co2_kg": 7438.51}},
      {"price-aware-no-drs", "cedla"}),
     ("hkbu-dvfs", "results.csv", 16 + 4, {
@@ -249,8 +249,8 @@ def test_a_directory_that_is_not_a_run_is_one_error_line(runs, tmp_path, kind, m
 def test_a_bad_baseline_is_one_error_line(runs):
     result = compare(runs["base"], "--baseline", "zzz")
     assert result.exit_code == 2
-    assert (
-        result.stderr.strip() == "error: --baseline zzz: neither one of the runs compared nor a run directory"
+    assert result.stderr.strip() == (
+        "error: --baseline zzz: matches none of the runs compared and is not a run directory; labels: base"
     )
 
 

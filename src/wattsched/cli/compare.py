@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.atomic import write_with
-from .common import console, user_errors
+from .common import console, err_console, user_errors
 
 
 def runs_argument(metavar: str):
@@ -27,7 +27,8 @@ def runs_argument(metavar: str):
 
 
 BASELINE_OPTION = typer.Option(
-    help="the run every change is against: a run directory or a row's label (default: the first run)"
+    help="the run every change is against: a run directory, a row's label or its short label (a run "
+    "directory's name, e.g. fifo; an experiment row's keys or policy) (default: the first run)"
 )
 
 
@@ -57,7 +58,7 @@ def compare_command(
 def print_comparison(frame: pd.DataFrame, only: Sequence[str] | None = None, components: bool = True) -> None:
     """The comparison table on the terminal: `only` the metrics with these keys (default: every recorded one),
     then the energy components (unless `components` is False), then what the marks mean."""
-    from ..experiments.compare import MISSING, is_component, shown_metrics
+    from ..experiments.compare import MISSING, column_definitions, is_component, shown_metrics
 
     base = frame.loc[frame["baseline"], "run"].iloc[0]
     metrics = [m for m in shown_metrics(frame) if only is None or m.key in only]
@@ -69,8 +70,26 @@ def print_comparison(frame: pd.DataFrame, only: Sequence[str] | None = None, com
         total = [m for m in main if m.key == "energy_kwh"]
         console.print(_fitting(frame, total + parts, "energy by component (kWh)"))
     console.print(Text(f"{MISSING}: not recorded by the run, or no change against a baseline of 0"))
+    for key, definition in column_definitions(frame, [m.key for m in main]):
+        console.print(Text(f"{key}: {definition}"))
     for basis in dict.fromkeys(frame.loc[frame["reconstructed"], "basis"]):
         console.print(Text(f"reconstructed: {basis}"))
+    warn_job_models(frame)
+
+
+def warn_job_models(frame: pd.DataFrame, note: bool = True) -> None:
+    """When the runs differ in more than their policies: a warning on stderr and (`note`) a note under the table,
+    each naming every differing setting and its values."""
+    from ..experiments.compare import job_model_differences
+    from ..experiments.jobmodel import summary_line
+
+    diffs = job_model_differences(frame)
+    if not diffs:
+        return
+    line = summary_line(diffs)
+    err_console.print(Text(f"warning: {line}", style="bold yellow"), highlight=False, soft_wrap=True)
+    if note:
+        console.print(Text(f"NOT LIKE FOR LIKE: {line}", style="bold red"))
 
 
 def _cell(value: str, delta: str | None) -> Text:

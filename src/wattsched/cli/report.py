@@ -23,10 +23,13 @@ def report_command(
     """Write one self-contained HTML report (no network needed to view it): the comparison table with changes
     against a baseline, the assumptions the runs recorded, and plots of power, price and carbon, node states,
     GPUs and queue, JCT distributions, energy against mean JCT and FGD/PWR curves, where the runs hold the data."""
+    from ..experiments.compare import comparison
     from ..experiments.report import build_report
+    from .compare import warn_job_models
 
     with user_errors():
         text = build_report(runs, baseline, title=title)
         write_text(out, text)
+        warn_job_models(comparison(runs, baseline), note=False)
     size = len(text.encode("utf-8"))
     console.print(Text(f"report written to {out} ({size / 1e6:.2f} MB)"))

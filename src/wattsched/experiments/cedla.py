@@ -38,6 +38,7 @@ from .grid import (
     thinned,
     write_results,
 )
+from .jobmodel import require_one_job_model
 from .parallel import Execution, grid_done, run_tasks
 
 ProgressFn = Callable[[int, int], None]
@@ -95,6 +96,7 @@ class Setup:
             services=self.services,
             max_jobs=self.max_jobs,
             data_dir=self.data_dir,
+            performance="tables",  # one job model for queue + placement and allocation policies alike
             **POLICIES[policy],
         )
 
@@ -221,6 +223,8 @@ def run_experiment(
         dict(columns or {}),
     )
     inputs = load_inputs(setup.config(names[0], regs[0]))  # fail early on missing data
+    for r in regs:  # the policies of one region are compared: one job model
+        require_one_job_model({p: setup.config(p, r) for p in names}, f"cedla in {r}")
     require_times(inputs, workload)
     tasks = [(p, r) for r in regs for p in names]
     tasks.sort(key=lambda t: t[0] not in ("cedla", "price-aware-no-drs"))  # slowest first keeps workers busy

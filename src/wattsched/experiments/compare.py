@@ -38,6 +38,7 @@ class Metric:
     header: str
     scale: float = 1.0  # shown value = value x scale (seconds as hours, fractions as per cent)
     decimals: int = 2
+    definition: str = ""  # printed under a table that shows the column, where the header alone is not enough
 
 
 METRICS = (
@@ -51,11 +52,36 @@ METRICS = (
     Metric("queue_delay_mean_s", "wait h", 1 / 3600),
     Metric("makespan_s", "span h", 1 / 3600, 1),
     Metric("gpu_allocation", "GPU %", 100, 1),
-    Metric("grar", "GRAR", decimals=3),
-    Metric("deadline_misses", "misses", decimals=0),
-    Metric("slo_violation_hours", "SLO h", decimals=0),
+    Metric(
+        "grar",
+        "GRAR",
+        decimals=3,
+        definition="GPU resource allocation ratio: allocated over arrived GPU capacity once every pod has arrived",
+    ),
+    Metric(
+        "deadline_misses",
+        "misses",
+        decimals=0,
+        definition="jobs with a deadline that finished after it or not at all",
+    ),
+    Metric(
+        "slo_violation_hours",
+        "late svc-h",
+        decimals=0,
+        definition="inference service-hours whose GPUs started after the hour began, or never; each counts "
+        "as one, however late (summary.json slo_violation_hours; the late requests are slo_violation_requests)",
+    ),
     Metric("restarts", "restarts", decimals=0),
 )
+
+
+def column_definitions(frame: pd.DataFrame, keys: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(header, definition) of every column of `frame` (of `keys`, if given) whose header needs one."""
+    return [
+        (m.header, m.definition)
+        for m in metrics_of(frame)
+        if m.definition and (keys is None or m.key in keys)
+    ]
 
 
 def is_component(key: str) -> bool:
@@ -448,14 +474,48 @@ def comparison(paths: Sequence[str | Path], baseline: str | Path | None = None) 
     return frame
 
 
+def short_label(row: Mapping[str, Any]) -> str:
+    """A row's label without its directory: a run directory's name, an experiment row's keys."""
+    label, source = str(row["run"]), str(row["source"])
+    if label == source:
+        return Path(source).name
+    return label[len(source) :].strip() if label.startswith(source) else label
+
+
+def _short_matches(rows: list[dict], text: str) -> list[int]:
+    """Rows a short `--baseline` names: by their short label, else by their policy or one of their keys' values
+    (``fifo`` for ``runs/eaco nodes=28 policy=fifo seed=42``)."""
+    exact = [i for i, r in enumerate(rows) if short_label(r) == text]
+    if exact:
+        return exact
+    loose = []
+    for i, r in enumerate(rows):
+        words = short_label(r).split()
+        values = {w.partition("=")[2] for w in words if "=" in w} | set(words)
+        if text in values or text == r["policy"] or text == str(r["policy"]).split(",")[0]:
+            loose.append(i)
+    return loose
+
+
 def _with_baseline(rows: list[dict], baseline: str | Path | None) -> tuple[list[dict], int]:
-    """The rows (with the baseline's prepended when it is not among them) and the baseline's index."""
+    """The rows (with the baseline's prepended when it is not among them) and the baseline's index: `baseline` is
+    a row's label, its short label (:func:`short_label`, or its policy when that names one row), a run directory
+    among the rows, or a run directory beside them."""
     if baseline is None:
         return rows, 0
     text = str(baseline)
     labels = [r["run"] for r in rows]
     if text in labels:
         return rows, labels.index(text)
+    short = _short_matches(rows, text)
+    if len(short) == 1:
+        return rows, short[0]
+    if len(short) > 1:
+        some = ", ".join(repr(short_label(rows[i])) for i in short[:4])
+        raise WattschedError(
+            f"--baseline {text} matches {len(short)} runs ({some}{', ...' if len(short) > 4 else ''}); "
+            "give one of their labels"
+        )
     with_source = [i for i, r in enumerate(rows) if _same_path(r["source"], text)]
     if len(with_source) == 1:
         return rows, with_source[0]
@@ -465,7 +525,10 @@ def _with_baseline(rows: list[dict], baseline: str | Path | None) -> tuple[list[
             f"--baseline {text} holds {len(with_source)} runs; give the label of one of them, e.g. {some}"
         )
     if not Path(text).is_dir():
-        raise WattschedError(f"--baseline {text}: neither one of the runs compared nor a run directory")
+        names = ", ".join(dict.fromkeys(short_label(r) for r in rows))
+        raise WattschedError(
+            f"--baseline {text}: matches none of the runs compared and is not a run directory; labels: {names}"
+        )
     added = rows_of(text)
     if len(added) != 1:
         raise WattschedError(f"--baseline {text} holds {len(added)} runs; give a single run directory")
@@ -486,3 +549,19 @@ def _delta_pct(values: np.ndarray, base: float) -> np.ndarray:
     if base == 0:
         delta = np.where(values == 0, 0.0, np.nan)
     return delta
+
+
+# -- one job model -----------------------------------------------------------------------------------------
+
+
+def job_model_differences(frame: pd.DataFrame):
+    """The settings other than the policies in which the run directories of a comparison frame differ
+    (experiments/jobmodel.py); experiment rows are left out (every experiment checks its own runs)."""
+    from .jobmodel import run_differences
+
+    records = [r for r in frame.to_dict("records") if not r["experiment"] and is_run_dir(Path(r["source"]))]
+    short = [short_label(r) for r in records]
+    unique = len(set(short)) == len(short)  # a directory's name where it tells the runs apart
+    return run_differences(
+        {(s if unique else str(r["run"])): str(r["source"]) for s, r in zip(short, records, strict=True)}
+    )

@@ -7,13 +7,14 @@ One seeded synthetic workload on the default cluster (16 nodes x 8 A100), run on
 * dynamic right-sizing: the same, idle nodes off after the idle timeout;
 * PWR+FGD placement (0.2 PWR + 0.8 FGD) with right-sizing;
 * PowerFlow (reconstructed) with the baseline's measured energy as its budget, nodes always on like the baseline;
-* EaCO co-location with its fitted sharing model and right-sizing;
+* EaCO co-location (reconstructed parameters) with right-sizing;
 * CE-DLA (reconstructed) against the price series, with right-sizing.
 
 No dataset is read. Job speeds come from generated scaling tables (``perf/generated.py``) and the price and carbon
 series are generated daily sines (:func:`write_generated_signals`); both are labelled as generated in every run's
-notes, in the report and on screen. All runs share the job model (tables, seeded model assignment, DVFS power
-model, deadlines at 3 x the trace duration), so they differ only in their policies.
+notes, in the report and on screen. All runs share the job model (tables, seeded model assignment, the sharing
+model fitted to EaCO's measurements, DVFS power model, deadlines at 3 x the trace duration), so they differ only in
+their policies; :func:`run_demo` refuses to run otherwise (experiments/jobmodel.py).
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ ProgressFn = Callable[[int, int], None]
 
 SIGNAL_YEAR = 2023
 # What every run shares besides the workload: a job model that allocation policies can scale (generated tables
-# for every job), the DVFS power model (clocks matter), and deadlines so that misses are counted for every policy.
+# for every job), one sharing model for every run (the one fitted to measured co-location, EaCO's; it changes only
+# jobs on shared GPUs, which every policy here has: a share of the synthetic jobs asks for part of a GPU), the DVFS
+# power model (clocks matter), and deadlines so that misses are counted for every policy.
 COMMON_KNOBS: dict[str, Any] = {
     "performance": "generated",
     "assign_models": "always",
+    "sharing_model": "eaco",
     "power_model": "dvfs",
     "deadline_slack": 3.0,
 }
@@ -78,8 +82,8 @@ DEMO_RUNS = (
     ),
     DemoRun(
         "eaco",
-        "EaCO: energy-aware co-location on shared GPUs (fitted sharing model) with right-sizing",
-        {"allocation": "eaco", "sharing_model": "eaco", "power_manager": "idle-timeout"},
+        "EaCO (reconstructed parameters): energy-aware co-location on shared GPUs with right-sizing",
+        {"allocation": "eaco", "power_manager": "idle-timeout"},
     ),
     DemoRun(
         "cedla",
@@ -153,7 +157,8 @@ class DemoResult:
 def demo_notes(setup: DemoSetup, baseline_kwh: float) -> list[str]:
     return [
         f"Built-in data only: {setup.num_jobs} synthetic jobs (seed {setup.seed}) on the default cluster "
-        "(16 nodes x 8 A100); the same workload and job model for every run.",
+        "(16 nodes x 8 A100); the same workload and job model for every run (jobs on shared GPUs: the "
+        "sharing model fitted to EaCO's measurements).",
         "Job speeds come from GENERATED scaling tables (an analytic data-parallel law, perf/generated.py), "
         "not measurements.",
         f"The price and carbon series are GENERATED daily sines ({Path(setup.price_csv).name}, "
@@ -167,10 +172,12 @@ def run_demo(
 ) -> DemoResult:
     """Every run of DEMO_RUNS into OUT/<name>, then OUT/comparison.csv and OUT/report.html."""
     from .compare import comparison
+    from .jobmodel import require_one_job_model
     from .report import build_report
 
     price, carbon = write_generated_signals(out / "signals")
     setup = DemoSetup(str(out), num_jobs, seed, str(price), str(carbon))
+    require_one_job_model({r.name: setup.config(r) for r in DEMO_RUNS}, "the demo")
     after_baseline = [r.name for r in DEMO_RUNS if r.budget_is_baseline_energy]
     first = [r.name for r in DEMO_RUNS if not r.budget_is_baseline_energy]
     total = len(DEMO_RUNS)

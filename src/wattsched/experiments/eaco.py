@@ -32,6 +32,7 @@ from .grid import (
     thinned,
     write_results,
 )
+from .jobmodel import require_one_job_model
 from .parallel import Execution, grid_done, run_tasks
 
 FIRST_SEED = 42
@@ -193,6 +194,8 @@ def run_experiment(
         raise WattschedError(f"--noise must be in [0, 1], got {noise}")
     setup = Setup(workload, max_jobs, noise, None if data_dir is None else str(data_dir), dict(columns or {}))
     inputs = load_inputs(setup.config(names[0], sizes[0], FIRST_SEED))  # fail early on missing data
+    for n in sizes:  # the policies of one cluster size and seed are compared: one job model
+        require_one_job_model({p: setup.config(p, n, FIRST_SEED) for p in names}, f"eaco on {n} nodes")
     require_times(inputs, workload)
     tasks = [(p, n, s) for n in sizes for s in range(FIRST_SEED, FIRST_SEED + seeds) for p in names]
     tasks.sort(key=lambda t: (t[0] not in ("gandiva", "eaco"), -t[1]))  # slowest first keeps workers busy

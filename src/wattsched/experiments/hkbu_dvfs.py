@@ -34,6 +34,7 @@ from ..workloads.catalog import missing_data
 from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
 from .config import SimulationConfig
 from .grid import ExperimentResult, save_figure, write_csv
+from .jobmodel import require_one_job_model
 from .parallel import Execution, grid_done, run_tasks
 
 LABEL = "HKBU-DVFS"
@@ -497,6 +498,15 @@ def run_experiment(
         for model, mode, u, k in itertools.product(models, modes, utilisations, range(seeds))
     ]
     if setup.trace is not None:
+        for gpu in trace_gpus:  # the variants and power managers on one GPU type are compared: one job model
+            require_one_job_model(
+                {
+                    f"{v} {pm}": setup.trace.config(gpu, v, pm)
+                    for v in TRACE_POLICIES
+                    for pm in TRACE_POWER_MANAGERS
+                },
+                f"hkbu-dvfs trace on {gpu}",
+            )
         tasks += [
             ("trace", gpu, variant, pm)
             for gpu in trace_gpus

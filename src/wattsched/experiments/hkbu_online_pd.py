@@ -35,6 +35,7 @@ from ..policies.hkbu_online_pd import (
     worst_order,
 )
 from .grid import ExperimentResult, machine_description, save_figure, write_csv
+from .jobmodel import require_one_job_model
 from .parallel import Execution, grid_done, run_tasks
 
 ProgressFn = Callable[[int, int], None]
@@ -115,17 +116,22 @@ class PhillySetup:
     deadline_slack: float
     data_dir: str | None
 
+    def config(self, policy: str):
+        from .config import SimulationConfig
+
+        return SimulationConfig(
+            workload="philly", cluster="philly", max_jobs=self.max_jobs, deadline_slack=self.deadline_slack,
+            data_dir=self.data_dir, performance="tables",  # one job model for every policy
+            **PHILLY_POLICIES[policy],
+        )  # fmt: skip
+
 
 def philly_task(setup: PhillySetup, policy: str) -> dict[str, Any]:
     from ..policies.allocation.hkbu_online_pd import ENERGY_USD_PER_KWH, VALUE_USD_PER_GPU_H
-    from .config import SimulationConfig
     from .run import run_simulation
 
     started = time.perf_counter()
-    cfg = SimulationConfig(
-        workload="philly", cluster="philly", max_jobs=setup.max_jobs, deadline_slack=setup.deadline_slack,
-        data_dir=setup.data_dir, **PHILLY_POLICIES[policy],
-    )  # fmt: skip
+    cfg = setup.config(policy)
     try:
         result = run_simulation(cfg, None)
     except WattschedError as exc:
@@ -213,6 +219,7 @@ def run_experiment(
     philly_rows: list[dict[str, Any]] = []
     workers_used = 1
     if names:
+        require_one_job_model({n: setup.config(n) for n in names}, "hkbu-online-pd on Philly")
 
         def step(done: int, _: int) -> None:
             if progress:

@@ -37,6 +37,7 @@ from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from .config import SimulationConfig
 from .grid import parse_list
+from .jobmodel import require_one_job_model
 from .parallel import Execution, GridRun, grid_done, grid_executor
 
 POLICY = "powerflow"
@@ -337,6 +338,9 @@ def prepare(
     data_dir = None if data_dir is None else str(data_dir)
     setup = Setup(workload, cluster, gpu_type, power_manager, data_dir, dict(columns or {}))
     inputs = load_inputs(setup.config(names[0], FIRST_SEED))
+    require_one_job_model(
+        {n: setup.config(n, FIRST_SEED) for n in [*names, "powerflow"]}, "the powerflow experiment"
+    )
     if len(inputs.jobs) == 0:
         raise WattschedError(f"workload '{workload}' has no jobs")
     if not inputs.has_times:

@@ -28,14 +28,17 @@ import pandas as pd
 from .compare import (
     DELTA_SUFFIX,
     MISSING,
+    column_definitions,
     comparison,
     format_delta,
     format_value,
     is_component,
     is_run_dir,
+    job_model_differences,
     shown_metrics,
 )
 from .grid import thinned
+from .jobmodel import summary_line
 
 SERIES_POINTS = 500  # samples of a time series per run in a plot
 CDF_POINTS = 200  # quantiles of a JCT distribution per run
@@ -546,6 +549,7 @@ figure{margin:1rem 0 1.6rem}figure svg{max-width:100%;height:auto}
 figcaption{font-size:.85rem;color:#5a6272}
 .missing{color:#8a91a0;font-style:italic;font-size:.9rem}
 ul.assume{font-size:.85rem}ul.assume li{margin:.15rem 0}.runs{color:#6b7385}
+p.warn{background:#fde8e6;border-left:3px solid #b3261e;padding:.5rem 1rem;font-size:.9rem}
 ul.notes{font-size:.9rem;background:#f7f8fb;border-left:3px solid #c9a227;padding:.5rem 1rem .5rem 2rem}
 details pre{white-space:pre-wrap;font-size:.75rem;background:#f7f8fb;padding:.5rem}
 """
@@ -636,6 +640,7 @@ def build_report(
         dict.fromkeys((s, e) for s, e in zip(frame["source"], frame["experiment"], strict=True) if e)
     )
     base = frame.loc[frame["baseline"], "run"].iloc[0]
+    diffs = job_model_differences(frame)
 
     metrics = shown_metrics(frame)
     components = [m for m in metrics if is_component(m.key)]
@@ -655,11 +660,23 @@ def build_report(
             if notes
             else []
         ),
+        *(
+            [
+                f'<p class="warn" id="job-model-warning"><b>Not like for like.</b> {esc(summary_line(diffs))}</p>'
+            ]
+            if diffs
+            else []
+        ),
         '<h2 id="comparison">Comparison</h2>',
         f'<p class="meta">Each cell: the value, below it the change against the baseline ({esc(MISSING)}: not '
         "recorded, or no change against a baseline of 0). Green: better, red: worse. Times in hours.</p>",
         table_html(frame, main, "comparison-table"),
     ]
+    defined = column_definitions(frame, [m.key for m in main])
+    if defined:
+        parts.append('<ul class="assume" id="column-definitions">')
+        parts += [f"<li><b>{esc(header)}</b>: {esc(text)}</li>" for header, text in defined]
+        parts.append("</ul>")
     if components:
         total = [m for m in main if m.key == "energy_kwh"]
         parts += [

@@ -97,6 +97,9 @@ class PerformanceModel:
         self.checkpoint_gb = np.zeros(n)
         self.memory = np.zeros(n)
         self.util = self.job_load.copy()
+        # The load the sharing model sees (co-runner slowdown and its predictions): the solo load, or the load the
+        # model was fitted with (EaCO's measured loads). It never changes what a job alone draws (``job_load``).
+        self.shared_util = self.job_load.copy()
         self._rate_cache: dict[tuple, float] = {}
         per_node = {
             c: int(spec.gpu_count[spec.gpu_model_code == c].max()) for c in range(len(spec.gpu_models))
@@ -173,9 +176,12 @@ class PerformanceModel:
             share = min(int(jobs.gpu_milli[j]), MILLI) / MILLI if jobs.num_gpu[j] > 0 else 0.0
             if f is not None:
                 util = f.utilisation if np.isnan(jobs.gpu_util[j]) else float(jobs.gpu_util[j])
-                if np.isnan(jobs.gpu_util[j]):  # a calibrated sharing model may measure it
-                    util = self.sharing.load_of(normalise(main[j]), util)
                 self.util[j] = self.job_load[j] = min(max(util, 0.0), 1.0) * share
+                if np.isnan(
+                    jobs.gpu_util[j]
+                ):  # a calibrated sharing model may have measured it next to others
+                    util = self.sharing.load_of(normalise(main[j]), util)
+                self.shared_util[j] = min(max(util, 0.0), 1.0) * share
                 self.memory[j] = f.memory_gib
                 self.checkpoint_gb[j] = f.checkpoint_gb
             if np.isfinite(jobs.iterations[j]):
@@ -265,8 +271,10 @@ class PerformanceModel:
         return load if scale == 1.0 else load * scale
 
     def slicing_utilisation(self, job: int) -> float:
-        """The job's solo GPU utilisation, which time-slicing divides among co-runners."""
-        return float(self.util[job])
+        """The job's GPU utilisation as the sharing model sees it, which time-slicing divides among co-runners:
+        its solo utilisation, or the load a calibrated sharing model was fitted with. Only co-located jobs use it;
+        a job alone on its GPUs runs and draws the same under every sharing model."""
+        return float(self.shared_util[job])
 
     def shared_factor(self, job: int, gpu_code: int, co_runners: Sequence[Sequence[int]]) -> float:
         """The speed the simulator gives a job next to these co-runners: the prediction
@@ -304,7 +312,9 @@ class PerformanceModel:
         """The load the job adds to its GPUs next to these co-runners. Loads add up under the default sharing
         model; under a model with power overlap beta < 1 the job with the largest load on a GPU (ties: the
         lower index) adds its own and every other job beta times its own, so the GPU's summed load is
-        ``max + beta * (sum - max)`` (docs/eaco.md §2). Judged on the job's first GPU."""
+        ``max + beta * (sum - max)`` (docs/eaco.md §2). Judged on the job's first GPU. The loads are the jobs'
+        solo loads (``job_load``, the same under every sharing model): beta says what share of a co-runner's solo
+        draw the GPU adds, so a job alone draws what it draws under any model."""
         load = self.gpu_load(job, gpu_code, setting)
         beta = self.sharing.power_overlap
         if beta == 1.0 or not co_runners or not co_runners[0]:

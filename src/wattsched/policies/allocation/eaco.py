@@ -57,7 +57,12 @@ class EaCO(AllocationPolicy):
     description = (
         "energy-aware co-location on shared GPUs, predicted JCTs, undo after an observed epoch (EaCO)"
     )
-    basis = "EaCO Algorithm 1 and 2 (arXiv 2412.08294); alpha, thresholds, epoch length and JCT bound reconstructed"
+    reconstructed = True  # the algorithm is the paper's; its parameters are not given there (docs/eaco.md §3)
+    basis = (
+        "EaCO (Haghshenas & Hashemi, arXiv 2412.08294): Algorithms 1 and 2 from the text, no public code; "
+        "reconstructed alpha 0.5, utilisation threshold 0.9, memory threshold 0.9, JCT bound 1.1 x alone "
+        "without a deadline, epoch 1440 s, at most 4 jobs per GPU; docs/eaco.md"
+    )
     needs_models = True
     default_round_s = 360.0  # Gavel's round, the simulator EaCO extends
     decide_on_arrival = True
@@ -80,6 +85,12 @@ class EaCO(AllocationPolicy):
         self.jct_bound = float(jct_bound)
         self.epoch_s = float(epoch_s)
         self.max_jobs = int(min(max_jobs_per_gpu, MAX_JOBS_PER_GPU))
+        self.basis = (  # the parameters this run uses
+            "EaCO (Haghshenas & Hashemi, arXiv 2412.08294): Algorithms 1 and 2 from the text, no public code; "
+            f"reconstructed alpha {self.alpha:g}, utilisation threshold {self.util_threshold:g}, memory threshold "
+            f"{self.memory_threshold:g}, JCT bound {self.jct_bound:g} x alone without a deadline, epoch "
+            f"{self.epoch_s:g} s, at most {self.max_jobs} jobs per GPU; docs/eaco.md"
+        )
         self.placement = PLACEMENT_POLICIES.create("best-fit")  # free GPUs: packed onto the fewest nodes
         self.undone = 0
         self.colocations = 0
@@ -95,7 +106,10 @@ class EaCO(AllocationPolicy):
         n = len(ctx.jobs)
         # History key per job: its model and batch size (Gavel measures pairs per batch size).
         self.model = [f"{self.perf.model_key(j)}@{self.perf.batch[j]:g}" for j in range(n)]
-        self.load = np.array([self.perf.slicing_utilisation(j) for j in range(n)])
+        self.load = np.array(
+            [self.perf.slicing_utilisation(j) for j in range(n)]
+        )  # as the sharing model sees it
+        self.power_load = np.asarray(self.perf.job_load, dtype=float)  # what a job alone draws (the engine's)
         self.memory = np.array([self.perf.memory_gib(j) for j in range(n)])
         self._last_signature: tuple | None = None
         self._shape = np.full(n, -1, dtype=np.int64)
@@ -360,11 +374,11 @@ class EaCO(AllocationPolicy):
                 return None
             slowdowns.append(1.0 / speed)
         sharing = self.perf.sharing
-        loads_before = [float(self.load[k]) for k in group]
-        loads_after = [*loads_before, float(self.load[job])]
+        loads_before = [float(self.power_load[k]) for k in group]
+        loads_after = [*loads_before, float(self.power_load[job])]
         added = min(1.0, sharing.gpu_load(loads_after)) - min(1.0, sharing.gpu_load(loads_before))
         dyn = gpu.max_w - gpu.idle_w
-        alone_w = gpu.idle_w + dyn * min(1.0, float(self.load[job]))
+        alone_w = gpu.idle_w + dyn * min(1.0, float(self.power_load[job]))
         added_w = dyn * added if group else alone_w  # free GPUs: they leave idle
         # The newcomer's time next to the group stretches by its slowdown: energy over its run.
         energy_rel = added_w * slowdowns[-1] / alone_w if alone_w > 0 else 0.0
