@@ -202,9 +202,12 @@ def eaco(
         str, typer.Option(help="cluster sizes: 28 and/or 64 nodes of 8 V100, comma-separated")
     ] = "28,64",
     seeds: Annotated[int, typer.Option(help="runs per policy and size, seeds 42, 43, ...")] = 3,
-    policies: Annotated[str, typer.Option(help="comma-separated: eaco, fifo, fifo-packed, gandiva")] = (
-        "eaco,fifo,fifo-packed,gandiva"
-    ),
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated: eaco, fifo, fifo-packed, gandiva; for reference fifo-spread, fifo-best-fit"
+        ),
+    ] = ("eaco,fifo,fifo-packed,gandiva"),
     workload: Annotated[str, typer.Option(help="workload name or CSV path")] = "gavel/msr/all",
     max_jobs: Annotated[
         int | None, typer.Option(help="keep the first N jobs by submission (0: all)", min=0)
@@ -256,9 +259,10 @@ def cedla(
     policies: Annotated[
         str,
         typer.Option(
-            help="comma-separated: price-unaware-always-on, price-unaware-drs, price-aware-no-drs, cedla"
+            help="comma-separated: price-unaware-always-on, price-unaware-drs, price-unaware-drs-forecast, "
+            "price-aware-no-drs, cedla"
         ),
-    ] = "price-unaware-always-on,price-unaware-drs,price-aware-no-drs,cedla",
+    ] = "price-unaware-always-on,price-unaware-drs,price-unaware-drs-forecast,price-aware-no-drs,cedla",
     workload: Annotated[str, typer.Option(help="training workload name or CSV path")] = "philly",
     cluster: Annotated[str, typer.Option(help="cluster name or YAML path")] = "philly",
     deadline_slack: Annotated[

@@ -8,7 +8,9 @@ completes; the head of the queue starts when enough GPUs of its type are free, e
 strided fashion to minimize the number of servers used" (``scheduler/scheduler.py``, ``_assign_workers_to_job``):
 here the fullest server that fits the job (fewest free GPUs, ties by the run's seeded node order), and when no
 single server fits but the type has enough free GPUs in all (Gavel's fit rule counts GPUs, not servers), the
-fewest servers that do.
+fewest servers that do. Gavel's cluster has no servers switched off; here a server that is off (or booting) and
+could take the job whole counts as free GPUs of the type: the job waits for the power manager to boot it, rather
+than spreading over powered servers or (with packing) sharing a running job's GPUs (chosen).
 
 ``gavel-fifo-packed`` (Gavel's ``FIFOPolicyWithPacking``, ``packing_threshold=1.5``; mode ``packing``, which
 recomputes the allocation at every decision): the jobs in arrival order take GPUs of their own as above until
@@ -38,6 +40,7 @@ import numpy as np
 
 from ...core.cluster import MILLI, ClusterState
 from ...core.gpus import gpu_model
+from ...core.states import ON
 from ..base import JobRequest, Placement, PlacementPolicy
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
 from ..planning import Plan, job_gpu_codes, on_same_gpus
@@ -57,12 +60,21 @@ class FewestServers(PlacementPolicy):
     def score(self, state: ClusterState, req: JobRequest, nodes: np.ndarray) -> np.ndarray:
         return -state.free_gpus[nodes]
 
-    def place_fifo(self, state: ClusterState, req: JobRequest) -> Placement | None:
-        """Gavel's fit rule: the job fits when its GPU type has enough free GPUs, on one server or several."""
+    def place_fifo(
+        self, state: ClusterState, req: JobRequest, waking: np.ndarray
+    ) -> tuple[Placement | None, bool]:
+        """Gavel's fit rule: the job fits when its GPU type has enough free GPUs, on one server or several.
+        Gavel's servers are never off; here a server that is off or booting and could take the job whole
+        (`waking`: GPUs per node, 0 for powered ones) counts as free: the job waits for it to boot (the fewer
+        servers) rather than spreading over powered ones. Returns (placement, waits for a boot)."""
         found = self.place(state, req)
-        if found is not None or req.gang or req.num_gpu <= 1 or req.gpu_milli < MILLI:
-            return found
-        return self.place_gang(state, replace(req, gang=True))
+        if found is not None:
+            return found, False
+        if req.num_gpu > 0 and bool(((waking >= req.num_gpu) & req.node_mask).any()):
+            return None, True
+        if req.gang or req.num_gpu <= 1 or req.gpu_milli < MILLI:
+            return None, False
+        return self.place_gang(state, replace(req, gang=True)), False
 
 
 class _GavelFifo(AllocationPolicy):
@@ -96,7 +108,9 @@ class _GavelFifo(AllocationPolicy):
         out: dict[str, Any] = {
             "order": "arrival (head-of-line blocking; a job keeps its GPUs until it completes)",
             "gpu_assignment": "fullest server that fits; else the fewest servers with enough free GPUs (Gavel's "
-            "fit rule counts free GPUs of the type)",
+            "fit rule counts free GPUs of the type); a server that is off and could take the job whole counts as "
+            "free: the job waits for it to boot, and does not spread or pack meanwhile (chosen: Gavel's servers "
+            "are never off)",
             "decisions": "every arrival and completion, and Gavel's 360-s rounds (chosen)",
             "starts_over_several_servers": self.spanning_starts,
         }
@@ -116,19 +130,22 @@ class _GavelFifo(AllocationPolicy):
         jobs = np.asarray(jobs, dtype=np.int64)
         return jobs[np.argsort(self.arrival[jobs], kind="stable")].tolist()
 
-    def _start_alone(self, view: ClusterView, plan: Plan, job: int, share: int | None) -> Placement | None:
-        """Give `job` GPUs of its own (whole GPUs at `share` milli each; None: its own request's share)."""
+    def _start_alone(
+        self, view: ClusterView, plan: Plan, job: int, share: int | None
+    ) -> tuple[Placement | None, bool]:
+        """Give `job` GPUs of its own (whole GPUs at `share` milli each; None: its own request's share).
+        Returns (placement, waits for a server to boot)."""
         req = view.request(job)
         if share is not None and req.num_gpu > 0:
             req = replace(req, gpu_milli=MILLI)
-        found = self.placement.place_fifo(plan.state, req)
+        found, waits = self.placement.place_fifo(plan.state, req, self._waking)
         if found is None:
-            return None
+            return None, waits
         if len(found) > 1 and not req.gang:
             self.spanning_starts += 1
         own = share if share is not None else (req.gpu_milli if req.gpu_milli > 0 else MILLI)
         plan.take(job, Target(found, own if req.num_gpu > 0 else MILLI))
-        return found
+        return found, False
 
     def allocate(self, view: ClusterView) -> Decision:
         running = view.running_jobs()
@@ -136,9 +153,10 @@ class _GavelFifo(AllocationPolicy):
         if running.size == 0 and pending.size == 0:
             return Decision()
         plan = Plan(view)
+        self._waking = np.where(view.power_state != ON, view.spec.gpu_count, 0)
         if not self.packing:
             for job in self._by_arrival(pending):
-                if self._start_alone(view, plan, job, None) is None:
+                if self._start_alone(view, plan, job, None)[0] is None:
                     break
             return plan.decision(running)
         return self._allocate_packed(view, plan, running, pending)
@@ -164,14 +182,21 @@ class _GavelFifo(AllocationPolicy):
             members.append(job)
         # FIFO: jobs without GPUs of their own, in arrival order, take some until one does not fit.
         queue = self._by_arrival([*joined, *pending.tolist()])
-        blocked = len(queue)
+        blocked, waits = len(queue), False
         for i, job in enumerate(queue):
-            found = self._start_alone(view, plan, job, PAIR_SHARE)
+            found, waits = self._start_alone(view, plan, job, PAIR_SHARE)
             if found is None:
                 blocked = i
                 break
             if self.num_gpu[job] > 0:
                 alone[job] = found
+        if (
+            waits
+        ):  # the head fits once a server boots (Gavel's free workers): nothing packs; pairs stay as they are
+            for job in queue[blocked:]:
+                if job in joined:
+                    plan.restore(job)
+            return plan.decision(running, save_on_stop=True)
         # Packing: the rest of the queue, in order, pairs with a job scheduled alone or stops.
         partnered: set[int] = set()
         for job in queue[blocked:]:
