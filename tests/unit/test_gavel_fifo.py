@@ -87,15 +87,19 @@ def test_fifo_blocks_at_the_head_of_the_queue(gavel_dir):
     assert np.isfinite(out.end_s).all()
 
 
-def test_fifo_counts_free_gpus_over_servers_as_gavel_does(gavel_dir):
-    # Two servers with 2 free GPUs each: a 4-GPU job starts at once over both (Gavel counts free GPUs of the type),
-    # not when a server empties.
+def test_fifo_waits_for_a_server_unless_told_to_spread_like_gavels_count_rule(gavel_dir):
+    # Two servers with 2 free GPUs each: a 4-GPU job waits for a server that fits it (by default); with Gavel's
+    # count rule it starts at once over both.
     jobs = _jobs(["resnet50", "resnet50", "vgg16"], [0.0, 1.0, 10.0], [6, 6, 4], [7200.0, 7200.0, 3600.0])
     policy = GavelFifo()
     _sim, out, _ = _run(jobs, 2, gavel_dir, policy)
     assert _nodes(out.placements[0]) != _nodes(out.placements[1])
+    assert out.start_s[2] == pytest.approx(min(out.end_s[:2])) and len(_nodes(out.placements[2])) == 1
+    assert policy.spanning_starts == 0
+    counting = GavelFifo(spread_over_servers=True)
+    _sim, out, _ = _run(jobs, 2, gavel_dir, counting)
     assert out.start_s[2] == pytest.approx(10.0) and _nodes(out.placements[2]) == {0, 1}
-    assert policy.spanning_starts == 1
+    assert counting.spanning_starts == 1
 
 
 def test_packing_pairs_equal_gpu_counts_above_the_threshold(gavel_dir):
