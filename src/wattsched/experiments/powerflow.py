@@ -11,6 +11,8 @@ budget of a PowerFlow run (``energy_budget_kwh = E_b``), and the two are compare
 
 All runs share the performance model (throughput tables, ``performance: tables``), the model assignment
 (``assign_models: always`` with the same seed), the power model (``dvfs``), the power manager and the cluster.
+:func:`run_power_managers` runs the whole grid once per power manager (always-on and idle-timeout by default), so
+that each budget is the energy its baseline measured under the same manager, and reports the headline per manager.
 Runs go to a process pool; a PowerFlow run is submitted as soon as the baseline run that sets its budget is done.
 
 Outputs in DIR: ``results.csv`` (one row per baseline and seed), ``sweep.csv`` (the JCT-vs-energy points),
