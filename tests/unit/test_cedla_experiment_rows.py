@@ -14,7 +14,7 @@ def _setup() -> Setup:
 
 
 def test_forecast_drs_row_sits_beside_the_idle_timeout_one():
-    assert list(POLICIES)[0] == BASELINE
+    assert next(iter(POLICIES)) == BASELINE
     idle = _setup().config("price-unaware-drs", "US-CAL-CISO")
     forecast = _setup().config("price-unaware-drs-forecast", "US-CAL-CISO")
     assert (idle.queue, idle.placement, idle.power_manager) == ("fifo", "best-fit", "idle-timeout")
