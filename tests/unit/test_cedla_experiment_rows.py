@@ -6,7 +6,13 @@ from __future__ import annotations
 from wattsched.experiments.cedla import BASELINE, POLICIES, Setup
 from wattsched.policies.power import POWER_MANAGERS
 
-FIELDS = ("idle_timeout_s", "forecast_interval_s", "forecast_history_s", "forecast_season_s", "forecast_buffer_frac")
+FIELDS = (
+    "idle_timeout_s",
+    "forecast_interval_s",
+    "forecast_history_s",
+    "forecast_season_s",
+    "forecast_buffer_frac",
+)
 
 
 def _setup() -> Setup:
