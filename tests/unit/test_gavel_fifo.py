@@ -178,3 +178,30 @@ def test_a_queued_job_pairs_with_the_survivor_of_a_pair(gavel_dir):
     assert policy.pairs_formed == 2
     assert out.start_s[2] == pytest.approx(out.end_s[1], abs=1.0)
     assert out.placements[2] == out.placements[0]
+
+
+def test_with_a_server_off_the_head_waits_for_its_boot_instead_of_packing(gavel_dir, tmp_path):
+    """Gavel's servers are never off: a server that is off and could take the head whole counts as free, so the
+    head waits for the power manager to boot it (no pair), then runs alone."""
+    from wattsched.experiments.config import SimulationConfig
+    from wattsched.experiments.run import run_simulation
+
+    (tmp_path / "c.yaml").write_text(
+        "name: two\nnode_groups:\n  - count: 2\n    gpus: 8\n    gpu_model: V100\n    cpu_milli: 64000\n"
+        "    memory_mib: 786432\n"
+    )
+    # a fills one server for long; b arrives after the other server has idled out and been switched off
+    rows = "job_id,submit_time,duration,num_gpu,model_name\na,0,40000,8,alexnet\nb,5000,3600,8,resnet18\n"
+    (tmp_path / "jobs.csv").write_text(rows)
+    cfg = SimulationConfig(
+        workload=str(tmp_path / "jobs.csv"), cluster=str(tmp_path / "c.yaml"), allocation="gavel-fifo-packed",
+        power_manager="idle-timeout", sharing_model="eaco", performance="tables", data_dir=str(gavel_dir),
+        check_invariants=True,
+    )  # fmt: skip
+    run = run_simulation(cfg, None)
+    params = run.summary["policies"]["allocation"]["parameters"]
+    assert params["pairs_formed"] == 0
+    jobs = run.jobs.set_index("job_id")
+    assert jobs.loc["b", "start_s"] > 5000.0  # after the boot
+    assert jobs.loc["b", "end_s"] - jobs.loc["b", "start_s"] == pytest.approx(3600.0, rel=1e-3)  # alone
+    assert run.summary["node_boots"] >= 1
