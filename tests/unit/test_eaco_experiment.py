@@ -50,3 +50,23 @@ def test_experiment_rejects_unknown_sizes_and_policies(tmp_path):
     assert res.exit_code == 2 and "unknown EaCO cluster size '30'" in res.output
     res = runner.invoke(app, ["experiment", "eaco", "--policies", "fifo,sjf", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "unknown policy 'sjf'" in res.output
+
+
+def test_fifo_rows_are_gavels_and_the_old_rows_stay_for_reference(tmp_path):
+    from wattsched.experiments.eaco import DEFAULT_POLICIES, Setup
+
+    setup = Setup()
+    assert setup.config("fifo", 28, 42).allocation == "gavel-fifo"
+    assert setup.config("fifo-packed", 28, 42).allocation == "gavel-fifo-packed"
+    assert setup.config("fifo-spread", 28, 42).placement == "least-allocated"
+    assert "fifo-spread" not in DEFAULT_POLICIES and "fifo-best-fit" not in DEFAULT_POLICIES
+    trace = _trace(tmp_path / "jobs.csv", n=30)
+    out = tmp_path / "eaco"
+    args = ["experiment", "eaco", "--nodes", "28", "--seeds", "1", "--workload", str(trace), "--max-jobs", "0",
+            "--policies", "eaco,fifo-packed,fifo-spread", "--workers", "1", "--data-dir", str(FIXTURE_DATA),
+            "--out", str(out), "--quiet"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    results = pd.read_csv(out / "results.csv").set_index("policy")
+    assert (results.jobs_completed == 30).all()
+    assert results.loc["fifo-spread", "colocations"] == 0

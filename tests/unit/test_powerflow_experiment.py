@@ -128,8 +128,47 @@ def test_cli_small_run(tmp_path):
     args = ["powerflow", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--gpu-type", "T4"]
     args += ["--seeds", "1", "--baselines", "fifo", "--budget-points", "2", "--caps", "1.0,0.7"]
     args += ["--workers", "1", "--data-dir", str(PERFDATA), "--out", str(out), "--quiet"]
+    args += ["--power-manager", "always-on"]
     result = CliRunner().invoke(experiment_app, args)
     assert result.exit_code == 0, result.output
     assert "vs fifo: mean JCT ratio" in result.output
     assert len(pd.read_csv(out / "results.csv")) == 1
     assert len(pd.read_csv(out / "sweep.csv")) == 2 + 2 + 1
+
+
+def test_every_power_manager_runs_its_own_grid_and_budgets_come_from_its_own_baselines(tmp_path):
+    """By default the grid runs under always-on and under idle-timeout; each PowerFlow budget is the energy its
+    baseline measured under the same manager, and the headline is reported per manager."""
+    out = tmp_path / "pf"
+    args = ["powerflow", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--gpu-type", "T4"]
+    args += ["--seeds", "1", "--baselines", "fifo", "--budget-points", "1", "--caps", "1.0"]
+    args += ["--workers", "1", "--data-dir", str(PERFDATA), "--out", str(out), "--quiet"]
+    result = CliRunner().invoke(experiment_app, args)
+    assert result.exit_code == 0, result.output
+    assert "power manager always-on" in result.output and "power manager idle-timeout" in result.output
+    energies = {}
+    for pm in ("always-on", "idle-timeout"):
+        runs = pd.read_csv(out / pm / "runs.csv")
+        base = runs[(runs.kind == "baseline") & (runs.policy == "fifo")].energy_kwh.item()
+        equal = runs[runs.kind == "equal"]
+        np.testing.assert_allclose(equal.budget_kwh, [base], rtol=1e-5)
+        assert f"power manager `{pm}`" in (out / pm / "summary.md").read_text()
+        energies[pm] = base
+    assert energies["idle-timeout"] < energies["always-on"]  # switched-off nodes: a smaller budget
+    headline = pd.read_csv(out / "headline.csv")
+    assert headline.power_manager.tolist() == ["always-on", "idle-timeout"]
+    assert headline.baseline.tolist() == ["fifo", "fifo"]
+    np.testing.assert_allclose(
+        headline.energy_kwh_baseline, [energies["always-on"], energies["idle-timeout"]]
+    )
+    text = (out / "summary.md").read_text()
+    assert "| always-on | fifo |" in text and "| idle-timeout | fifo |" in text
+
+
+def test_unknown_power_manager_is_one_error_line(tmp_path):
+    args = ["powerflow", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--gpu-type", "T4"]
+    args += ["--power-manager", "always-on,nope", "--data-dir", str(PERFDATA), "--out", str(tmp_path)]
+    result = CliRunner().invoke(experiment_app, args)
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "nope" in lines[0]

@@ -92,6 +92,7 @@ def test_cedla_experiment_and_simulate_on_philly(tmp_path):
     assert set(df["policy"]) == {
         "price-unaware-always-on",
         "price-unaware-drs",
+        "price-unaware-drs-forecast",
         "price-aware-no-drs",
         "cedla",
     }

@@ -151,8 +151,13 @@ def powerflow(
         str, typer.Option(help="comma-separated SM-clock caps (fractions of f_max) for the baselines")
     ] = "1.0,0.9,0.8,0.7,0.6",
     power_manager: Annotated[
-        str, typer.Option(help="idle-node power manager for every run: always-on | idle-timeout | forecast")
-    ] = "always-on",
+        str,
+        typer.Option(
+            help="comma-separated power managers (always-on, idle-timeout, forecast): the whole grid runs once "
+            "under each, every run of a grid under the same one; with several, DIR/<manager>/ and a headline "
+            "per manager in DIR/summary.md"
+        ),
+    ] = "always-on,idle-timeout",
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/powerflow"),
     columns: ColumnsOption = None,
     workers: WorkersOption = None,
@@ -164,10 +169,18 @@ def powerflow(
 ) -> None:
     """PowerFlow-reconstructed vs baselines at equal energy, with budget and clock-cap sweeps."""
     from ..experiments.grid import parse_list
-    from ..experiments.powerflow import LABEL, parse_caps, prepare, run_experiment
+    from ..experiments.powerflow import (
+        LABEL,
+        check_power_managers,
+        parse_caps,
+        prepare,
+        run_experiment,
+        run_power_managers,
+    )
 
     with user_errors():
         execution = grid_execution(backend, address, fresh)
+        managers = check_power_managers(parse_list(power_manager))
         prep = prepare(
             workload,
             cluster,
@@ -176,31 +189,42 @@ def powerflow(
             parse_list(baselines),
             budget_points,
             parse_caps(caps),
-            power_manager,
+            managers[0],
             data_dir,
             column_mapping(columns),
         )
         with progress_bar(f"powerflow {workload}", enabled=not quiet) as progress:
-            result = run_experiment(
-                workload,
-                cluster,
-                out=out,
-                workers=workers,
-                progress=progress,
-                prepared=prep,
-                execution=execution,
-            )
-    s = result.summary
-    console.print(
-        f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s); {LABEL} is a reconstruction"
-    )
-    for b in s["baselines"]:
-        r = s["per_baseline"][b]
+            if len(managers) == 1:
+                results = {
+                    managers[0]: run_experiment(
+                        workload,
+                        cluster,
+                        out=out,
+                        workers=workers,
+                        progress=progress,
+                        prepared=prep,
+                        execution=execution,
+                    )
+                }
+            else:
+                results = run_power_managers(
+                    prep, managers, out=out, workers=workers, progress=progress, execution=execution
+                ).per_manager
+    for pm, result in results.items():
+        s = result.summary
         console.print(
-            f"  vs {b}: mean JCT ratio {r['ratio']:.2f} ± {r['ratio_std']:.2f}, "
-            f"budget error {r['budget_error_pct']:+.1f} %"
+            f"power manager {pm}: {s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s); "
+            f"{LABEL} is a reconstruction"
         )
-    console.print(f"results.csv, sweep.csv, runs.csv, summary.md and plots in [bold]{result.out}[/]")
+        for b in s["baselines"]:
+            r = s["per_baseline"][b]
+            console.print(
+                f"  vs {b}: mean JCT ratio {r['ratio']:.2f} ± {r['ratio_std']:.2f}, "
+                f"budget error {r['budget_error_pct']:+.1f} %"
+            )
+        console.print(f"results.csv, sweep.csv, runs.csv, summary.md and plots in [bold]{result.out}[/]")
+    if len(results) > 1:
+        console.print(f"headline per power manager: [bold]{out / 'summary.md'}[/] and headline.csv")
 
 
 @experiment_app.command("eaco")
@@ -209,9 +233,12 @@ def eaco(
         str, typer.Option(help="cluster sizes: 28 and/or 64 nodes of 8 V100, comma-separated")
     ] = "28,64",
     seeds: Annotated[int, typer.Option(help="runs per policy and size, seeds 42, 43, ...")] = 3,
-    policies: Annotated[str, typer.Option(help="comma-separated: eaco, fifo, fifo-packed, gandiva")] = (
-        "eaco,fifo,fifo-packed,gandiva"
-    ),
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated: eaco, fifo, fifo-packed, gandiva; for reference fifo-spread, fifo-best-fit"
+        ),
+    ] = ("eaco,fifo,fifo-packed,gandiva"),
     workload: Annotated[str, typer.Option(help="workload name or CSV path")] = "gavel/msr/all",
     max_jobs: Annotated[
         int | None, typer.Option(help="keep the first N jobs by submission (0: all)", min=0)
@@ -263,9 +290,10 @@ def cedla(
     policies: Annotated[
         str,
         typer.Option(
-            help="comma-separated: price-unaware-always-on, price-unaware-drs, price-aware-no-drs, cedla"
+            help="comma-separated: price-unaware-always-on, price-unaware-drs, price-unaware-drs-forecast, "
+            "price-aware-no-drs, cedla"
         ),
-    ] = "price-unaware-always-on,price-unaware-drs,price-aware-no-drs,cedla",
+    ] = "price-unaware-always-on,price-unaware-drs,price-unaware-drs-forecast,price-aware-no-drs,cedla",
     workload: Annotated[str, typer.Option(help="training workload name or CSV path")] = "philly",
     cluster: Annotated[str, typer.Option(help="cluster name or YAML path")] = "philly",
     deadline_slack: Annotated[

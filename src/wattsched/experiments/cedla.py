@@ -1,11 +1,13 @@
 """`wattsched experiment cedla`: CE-DLA-reconstructed against price-unaware and DRS-less baselines, per region
 (docs/cedla.md §6).
 
-Four configurations of the same engine, on the Philly training trace plus the built-in inference services, with
+Five configurations of the same engine, on the Philly training trace plus the built-in inference services, with
 deadlines at submit + slack x duration:
 
 * ``price-unaware-always-on``: strict FIFO, best-fit, every node on;
-* ``price-unaware-drs``: the same FIFO with idle-timeout dynamic right-sizing;
+* ``price-unaware-drs``: the same FIFO with idle-timeout dynamic right-sizing (no headroom);
+* ``price-unaware-drs-forecast``: the same FIFO with the ``forecast`` power manager, the strongest DRS the project
+  has (a buffer of nodes sized from recent and day-ago demand), as the price-unaware DRS baseline;
 * ``price-aware-no-drs``: the ``cedla`` planner with every node on;
 * ``cedla``: the planner with idle-timeout right-sizing (its deferrals and headroom drive the power manager).
 
@@ -48,6 +50,9 @@ BASELINE = "price-unaware-always-on"
 POLICIES: dict[str, dict[str, Any]] = {
     BASELINE: {"queue": "fifo", "placement": "best-fit", "power_manager": "always-on"},
     "price-unaware-drs": {"queue": "fifo", "placement": "best-fit", "power_manager": "idle-timeout"},
+    # The strongest DRS the project has: the forecast buffer, with the run's forecast settings (the same fields,
+    # at their defaults, that every run of the grid gets), beside the plain idle timeout above.
+    "price-unaware-drs-forecast": {"queue": "fifo", "placement": "best-fit", "power_manager": "forecast"},
     "price-aware-no-drs": {"allocation": "cedla", "power_manager": "always-on"},
     "cedla": {"allocation": "cedla", "power_manager": "idle-timeout"},
 }
@@ -307,8 +312,9 @@ def render_summary(s: dict[str, Any]) -> str:
         f"- Training deadlines at submit + {setup['deadline_slack']:g} x duration (reconstructed slack).",
         _signal_line(setup),
         "- Policies: `price-unaware-always-on` (FIFO, best-fit, every node on), `price-unaware-drs` (FIFO with "
-        "idle-timeout right-sizing), `price-aware-no-drs` (`cedla` planner, every node on), `cedla` (planner with "
-        "idle-timeout right-sizing).",
+        "idle-timeout right-sizing, no headroom), `price-unaware-drs-forecast` (FIFO with the `forecast` power "
+        "manager: the strongest DRS without price), `price-aware-no-drs` (`cedla` planner, every node on), "
+        "`cedla` (planner with idle-timeout right-sizing).",
         "",
         "## Results",
         "",
@@ -362,16 +368,25 @@ def write_plots(out: Path, records: list[RunRecord]) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
     plots: dict[str, str] = {}
-    colour = dict(zip(POLICIES, ("tab:gray", "tab:blue", "tab:orange", "tab:green"), strict=True))
+    colour = dict(
+        zip(POLICIES, ("tab:gray", "tab:blue", "tab:purple", "tab:orange", "tab:green"), strict=True)
+    )
     regions = list(dict.fromkeys(r.region for r in records))
     # 1. Cost per policy and region.
     fig, ax = plt.subplots(figsize=(2.5 + 2.2 * len(regions), 4))
-    width = 0.8 / len(POLICIES)
-    for i, p in enumerate(POLICIES):
+    shown = [p for p in POLICIES if any(r.policy == p for r in records)]
+    width = 0.8 / len(shown)
+    for i, p in enumerate(shown):
         vals = [
             next((r.cost_usd for r in records if r.region == g and r.policy == p), np.nan) for g in regions
         ]
-        ax.bar(np.arange(len(regions)) + (i - 1.5) * width, vals, width, color=colour[p], label=p)
+        ax.bar(
+            np.arange(len(regions)) + (i - (len(shown) - 1) / 2) * width,
+            vals,
+            width,
+            color=colour[p],
+            label=p,
+        )
     ax.set_xticks(np.arange(len(regions)), regions)
     ax.set(ylabel="electricity cost ($)", title="cost per policy and region")
     ax.legend(fontsize=8)

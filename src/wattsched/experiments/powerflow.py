@@ -11,6 +11,8 @@ budget of a PowerFlow run (``energy_budget_kwh = E_b``), and the two are compare
 
 All runs share the performance model (throughput tables, ``performance: tables``), the model assignment
 (``assign_models: always`` with the same seed), the power model (``dvfs``), the power manager and the cluster.
+:func:`run_power_managers` runs the whole grid once per power manager (always-on and idle-timeout by default), so
+that each budget is the energy its baseline measured under the same manager, and reports the headline per manager.
 Runs go to a process pool; a PowerFlow run is submitted as soon as the baseline run that sets its budget is done.
 
 Outputs in DIR: ``results.csv`` (one row per baseline and seed), ``sweep.csv`` (the JCT-vs-energy points),
@@ -466,6 +468,136 @@ def run_experiment(
     write_text(out / "summary.md", render_summary(summary))
     grid_done(out)
     return ExperimentResult(out, results, sweep, runs, summary, records)
+
+
+# -- one grid per power manager -----------------------------------------------------------------------------
+DEFAULT_POWER_MANAGERS = ("always-on", "idle-timeout")
+HEADLINE_COLUMNS = (
+    "power_manager",
+    "baseline",
+    "jct_ratio",
+    "jct_ratio_std",
+    "p95_jct_ratio",
+    "makespan_ratio",
+    "energy_kwh_baseline",
+    "energy_kwh_powerflow",
+    "budget_error_pct",
+    "mean_jct_s_baseline",
+    "mean_jct_s_powerflow",
+)
+
+
+def check_power_managers(names: Sequence[str]) -> list[str]:
+    """Registered power managers, each once, in the order given."""
+    from ..engine.power import PowerStateConfig
+    from ..policies.power import power_manager_from_config
+
+    names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if not names:
+        raise WattschedError("--power-manager needs at least one power manager")
+    for name in names:
+        power_manager_from_config(name, PowerStateConfig())  # unknown: UnknownNameError listing the names
+    return names
+
+
+@dataclass
+class PowerManagerResults:
+    """One complete experiment per power manager (``out/<power manager>/``) and the headline of each."""
+
+    out: Path
+    per_manager: dict[str, ExperimentResult]
+    headline: pd.DataFrame
+    wall_s: float
+
+
+def run_power_managers(
+    prepared: Prepared,
+    power_managers: Sequence[str] = DEFAULT_POWER_MANAGERS,
+    out: str | Path = "runs/powerflow",
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+    plots: bool = True,
+    execution: Execution | None = None,
+) -> PowerManagerResults:
+    """The whole experiment once per power manager, every run of a grid (baselines, their equal-energy PowerFlow
+    runs, the sweeps) under that one manager, so that each budget is the energy a baseline measured under the
+    same manager. Writes each grid into ``out/<power manager>/`` and the headline of every manager into
+    ``out/headline.csv`` and ``out/summary.md``."""
+    from dataclasses import replace
+
+    started = time.perf_counter()
+    names = check_power_managers(power_managers)
+    out = Path(out)
+    per: dict[str, ExperimentResult] = {}
+    for k, pm in enumerate(names):
+        prep = replace(prepared, setup=replace(prepared.setup, power_manager=pm))
+
+        def step(done: int, total: int, k: int = k) -> None:
+            if progress:
+                progress(k * total + done, total * len(names))
+
+        per[pm] = run_experiment(
+            prep.setup.workload,
+            prep.setup.cluster,
+            out=out / pm,
+            workers=workers,
+            progress=step,
+            prepared=prep,
+            plots=plots,
+            execution=execution,
+        )
+    headline = headline_frame(per)
+    out.mkdir(parents=True, exist_ok=True)
+    write_with(out / "headline.csv", lambda p: headline.to_csv(p, index=False, float_format="%.6g"))
+    wall = time.perf_counter() - started
+    write_text(out / "summary.md", render_power_managers(per, headline, wall))
+    return PowerManagerResults(out, per, headline, wall)
+
+
+def headline_frame(per: Mapping[str, ExperimentResult]) -> pd.DataFrame:
+    rows = []
+    for pm, res in per.items():
+        for b in res.summary["baselines"]:
+            r = res.summary["per_baseline"][b]
+            rows.append(
+                {
+                    "power_manager": pm,
+                    "baseline": b,
+                    "jct_ratio": r["ratio"],
+                    "jct_ratio_std": r["ratio_std"],
+                    **{c: r[c] for c in HEADLINE_COLUMNS[4:]},
+                }
+            )
+    return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
+
+
+def render_power_managers(per: Mapping[str, ExperimentResult], headline: pd.DataFrame, wall_s: float) -> str:
+    first = next(iter(per.values())).summary
+    lines = [
+        f"# {LABEL} against baselines at equal energy, per power manager",
+        "",
+        f"Workload `{first['workload']}`, cluster `{first['cluster_name']}`, {first['jobs']} jobs, seeds "
+        f"{', '.join(str(x) for x in first['seeds'])}. Every run of a grid (each baseline, PowerFlow at each "
+        "baseline's energy, the sweeps) runs under the same power manager, and each PowerFlow budget is the "
+        "energy its baseline measured under that manager. Full results of each grid: `<power manager>/summary.md`.",
+        "",
+        f"JCT ratio = baseline mean JCT / {LABEL} mean JCT at the baseline's energy (> 1: PowerFlow faster; "
+        f"target {TARGET_RATIO}x, paper {PAPER_RATIO[0]}-{PAPER_RATIO[1]}x at most).",
+        "",
+        "| power manager | baseline | JCT ratio | p95 ratio | makespan ratio | E_b (kWh) | E PowerFlow (kWh) "
+        "| budget error | target |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in headline.itertuples(index=False):
+        met = "met" if r.jct_ratio >= TARGET_RATIO else "**missed**"
+        lines.append(
+            f"| {r.power_manager} | {r.baseline} | **{r.jct_ratio:.2f}** ± {r.jct_ratio_std:.2f} "
+            f"| {r.p95_jct_ratio:.2f} | {r.makespan_ratio:.2f} | {r.energy_kwh_baseline:.3f} "
+            f"| {r.energy_kwh_powerflow:.3f} | {r.budget_error_pct:+.1f} % | {met} |"
+        )
+    walls = ", ".join(f"{pm}: {res.summary['wall_s']:.1f} s" for pm, res in per.items())
+    lines += ["", f"Wall time: {wall_s:.1f} s for {len(per)} grid(s) ({walls}).", ""]
+    return "\n".join(lines)
 
 
 # -- tables -------------------------------------------------------------------------------------------------
