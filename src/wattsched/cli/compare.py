@@ -69,6 +69,8 @@ def print_comparison(frame: pd.DataFrame, only: Sequence[str] | None = None, com
         total = [m for m in main if m.key == "energy_kwh"]
         console.print(_fitting(frame, total + parts, "energy by component (kWh)"))
     console.print(Text(f"{MISSING}: not recorded by the run, or no change against a baseline of 0"))
+    for line in frame.attrs.get("window") or []:
+        console.print(Text(f"window: {line}"))
     for basis in dict.fromkeys(frame.loc[frame["reconstructed"], "basis"]):
         console.print(Text(f"reconstructed: {basis}"))
 

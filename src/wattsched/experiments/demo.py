@@ -158,7 +158,8 @@ def demo_notes(setup: DemoSetup, baseline_kwh: float) -> list[str]:
         "not measurements.",
         f"The price and carbon series are GENERATED daily sines ({Path(setup.price_csv).name}, "
         f"{Path(setup.carbon_csv).name}), not market data.",
-        f"PowerFlow's energy budget is the baseline's energy, {baseline_kwh:,.1f} kWh.",
+        f"PowerFlow's energy budget is the baseline's energy over its own window (first submission to its own "
+        f"last completion), {baseline_kwh:,.1f} kWh; the table compares every run over the common window.",
     ]
 
 
@@ -168,6 +169,7 @@ def run_demo(
     """Every run of DEMO_RUNS into OUT/<name>, then OUT/comparison.csv and OUT/report.html."""
     from .compare import comparison
     from .report import build_report
+    from .window import record_in_run_dirs
 
     price, carbon = write_generated_signals(out / "signals")
     setup = DemoSetup(str(out), num_jobs, seed, str(price), str(carbon))
@@ -190,6 +192,7 @@ def run_demo(
                     progress(len(energies), total)
 
     runs = [out / r.name for r in DEMO_RUNS]
+    record_in_run_dirs(runs)  # each run's summary.json gains its common_window block
     frame = comparison(runs, out / BASELINE)
     frame["run"] = [Path(s).name for s in frame["source"]]  # the run's name, not its path
     write_with(out / "comparison.csv", lambda p: frame.to_csv(p, index=False, float_format="%.10g"))
@@ -198,7 +201,8 @@ def run_demo(
         over = energies[name] / energies[BASELINE] - 1.0
         if over > 0.005:  # say so next to the budget, not only in the table
             notes.append(
-                f"{name} used {energies[name]:,.1f} kWh, {over:.1%} over its budget (docs/powerflow.md)."
+                f"{name} used {energies[name]:,.1f} kWh in its own window, {over:.1%} over its budget "
+                "(docs/powerflow.md)."
             )
     described = [*notes, *(f"{r.name}: {r.what}" for r in DEMO_RUNS)]
     html = build_report(runs, out / BASELINE, title="wattsched demo: energy-aware policies", notes=described)

@@ -14,10 +14,12 @@ the same energy setup as the run (:func:`signals_of`), so the common-window figu
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import WattschedError
@@ -86,6 +88,19 @@ def charge_summaries(summaries: Sequence[dict[str, Any]], configs: Sequence[Simu
         s[KEY] = b
     start, end = window_of(tails)
     return describe(start, end, len(tails))
+
+
+def record_in_run_dirs(dirs: Sequence[Path]) -> str:
+    """Charge the run directories `dirs` (compared with one another) over their common window and write each
+    one's ``common_window`` block into its summary.json; the line naming the window."""
+    from ..core.atomic import write_json
+    from .config import resolve_config
+
+    summaries = [json.loads((d / "summary.json").read_text(encoding="utf-8")) for d in dirs]
+    line = charge_summaries(summaries, [resolve_config(d / "config.resolved.yaml", {}) for d in dirs])
+    for d, s in zip(dirs, summaries, strict=True):
+        write_json(d / "summary.json", s)
+    return line
 
 
 # -- the signals of a finished run ------------------------------------------------------------------------------
