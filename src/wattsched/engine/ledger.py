@@ -91,7 +91,9 @@ class EnergyLedger(Observer):
         self._peak()
         n = sim.spec.num_nodes
         power_state = getattr(self.controller, "power_state", None)
-        self._end_state = np.full(n, ON, dtype=np.int64) if power_state is None else power_state.astype(np.int64)
+        self._end_state = (
+            np.full(n, ON, dtype=np.int64) if power_state is None else power_state.astype(np.int64)
+        )
         self._tail = ([], self.t_end, True)
 
     def on_tail(self, transitions: list, drained_to_s: float, settled: bool) -> None:

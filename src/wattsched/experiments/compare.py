@@ -323,6 +323,7 @@ EXPERIMENT_TABLES = (
         ("kind", "policy", "baseline", "seed", "sm_clock_cap", "budget_fraction"),
         {
             "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "mean_jct_s",
+            "own_window_kwh": "own_window_kwh",
             "jct_p95_s": "p95_jct_s", "queue_delay_mean_s": "queue_delay_mean_s", "makespan_s": "makespan_s",
             "gpu_allocation": "gpu_allocation_mean", "restarts": "restarts",
         },
@@ -332,6 +333,7 @@ EXPERIMENT_TABLES = (
         "eaco", "results.csv", frozenset({"nodes", "avg_active_nodes", "colocations"}), ("nodes", "policy", "seed"),
         {
             "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "avg_jct_s",
+            "own_window_kwh": "own_window_kwh",
             "queue_delay_mean_s": "avg_queue_s", "makespan_s": "makespan_s", "gpu_allocation": "gpu_allocation",
             "restarts": "restarts",
         },
@@ -341,6 +343,7 @@ EXPERIMENT_TABLES = (
         "cedla", "results.csv", frozenset({"region", "cost_usd", "slo_violation_hours"}), ("policy", "region"),
         {
             "energy_kwh": "energy_kwh", "cost_usd": "cost_usd", "co2_kg": "co2_kg", "jct_mean_s": "mean_jct_s",
+            "own_window_kwh": "own_window_kwh",
             "gpu_allocation": "gpu_allocation", "deadline_misses": "deadline_misses",
             "slo_violation_hours": "slo_violation_hours",
         },
@@ -359,6 +362,7 @@ EXPERIMENT_TABLES = (
         ("gpu", "power_manager", "variant"),
         {
             "jobs_completed": "jobs_completed", "energy_kwh": "total_energy_kwh",
+            "own_window_kwh": "own_window_kwh",
             "energy_gpu_active_kwh": "training_energy_kwh", "jct_mean_s": "jct_mean_s",
             "makespan_s": "makespan_s", "deadline_misses": "deadline_misses",
         },
@@ -379,6 +383,7 @@ EXPERIMENT_TABLES = (
         "hkbu-online-pd", "philly.csv", frozenset({"policy", "on_time", "net_value_usd"}), ("policy",),
         {
             "jobs_completed": "completed", "energy_kwh": "energy_kwh", "cost_usd": "energy_cost_usd",
+            "own_window_kwh": "own_window_kwh",
             "jct_mean_s": "jct_mean_s", "gpu_allocation": "gpu_allocation_mean",
             "deadline_misses": "deadline_misses",
         },

@@ -659,7 +659,11 @@ def build_report(
         f'<p class="meta">Each cell: the value, below it the change against the baseline ({esc(MISSING)}: not '
         "recorded, or no change against a baseline of 0). Green: better, red: worse. Times in hours.</p>",
         *(
-            ['<ul class="notes" id="window">', *(f"<li>Window: {esc(w)}</li>" for w in frame.attrs["window"]), "</ul>"]
+            [
+                '<ul class="notes" id="window">',
+                *(f"<li>Window: {esc(w)}</li>" for w in frame.attrs["window"]),
+                "</ul>",
+            ]
             if frame.attrs.get("window")
             else []
         ),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -71,7 +71,9 @@ def block(tail: PowerTail, start: float, end: float, price=None, carbon=None) ->
     return out
 
 
-def charge(tails: Sequence[PowerTail], signals: Sequence[tuple[Any, Any]] | None = None) -> list[dict[str, Any]]:
+def charge(
+    tails: Sequence[PowerTail], signals: Sequence[tuple[Any, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The ``common_window`` blocks of compared runs (one per tail, same order); `signals`: each run's
     (price, carbon) aligned signals, or None where cost and carbon are not needed."""
     start, end = window_of(tails)
@@ -83,7 +85,10 @@ def charge_summaries(summaries: Sequence[dict[str, Any]], configs: Sequence[Simu
     """Add a ``common_window`` block to each run summary (in place) and return the line naming the window.
     `configs`: each run's config, to rebuild its price and carbon signals for the tail's cost and carbon."""
     tails = [PowerTail.from_summary(s) for s in summaries]
-    signals = [signals_of(cfg, s) if cfg is not None else (None, None) for cfg, s in zip(configs, summaries, strict=True)]
+    signals = [
+        signals_of(cfg, s) if cfg is not None else (None, None)
+        for cfg, s in zip(configs, summaries, strict=True)
+    ]
     for s, b in zip(summaries, charge(tails, signals), strict=True):
         s[KEY] = b
     start, end = window_of(tails)
@@ -146,3 +151,48 @@ def _signals_cached(cfg_json: str, trace_start: str | None) -> tuple[Any, Any]:
 def finite(value: Any) -> float:
     """A figure for a table: NaN for a missing one."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+
+# -- an experiment's runs --------------------------------------------------------------------------------------
+# What a run's summary must keep to be charged over a common window later (picklable, a few KB).
+INPUT_KEYS = ("energy_kwh", "energy_by_component_kwh", "cost_usd", "co2_kg", "tail_power", "energy_model")
+
+
+def window_input(summary: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run summary :func:`rebase` needs (kept on an experiment's per-run record)."""
+    return {k: summary[k] for k in INPUT_KEYS if k in summary}
+
+
+def rebase(
+    records: Sequence[Any],
+    group: Callable[[Any], Hashable],
+    config: Callable[[Any], SimulationConfig],
+    what: str,
+) -> str:
+    """Charge an experiment's records over the common window of each group of compared runs (in place).
+
+    Each record carries ``window_input`` (:func:`window_input` of its summary) and ``energy_kwh`` and optionally
+    ``cost_usd``/``co2_kg``: these become the common-window figures, ``own_window_kwh`` keeps the run's own
+    energy. `group` tells which runs are compared with one another (`what` names such a group in the returned
+    line); `config` gives a record's run config (to rebuild its signals)."""
+    groups: dict[Hashable, list[Any]] = {}
+    for r in records:
+        groups.setdefault(group(r), []).append(r)
+    longest = 0.0
+    for members in groups.values():
+        summaries = [dict(r.window_input) for r in members]
+        charge_summaries(summaries, [config(r) for r in members])
+        for r, s in zip(members, summaries, strict=True):
+            w = s[KEY]
+            r.own_window_kwh = r.energy_kwh
+            r.energy_kwh = w["energy_kwh"]
+            for name in ("cost_usd", "co2_kg"):
+                if hasattr(r, name):
+                    setattr(r, name, math.nan if w[name] is None else float(w[name]))
+            longest = max(longest, w["tail_s"])
+    return (
+        f"Energy, cost and carbon are charged over a common window per {what}: from the first submission to the "
+        "latest end among its runs; after its own last completion a run's nodes draw what its power manager "
+        f"leaves them at (docs/energy.md, Accounting window; longest tail {longest / 3600:,.2f} h). "
+        "own_window_kwh: each run's energy up to its own last completion."
+    )
