@@ -168,13 +168,16 @@ def rebase(
     group: Callable[[Any], Hashable],
     config: Callable[[Any], SimulationConfig],
     what: str,
+    target: str = "energy_kwh",
 ) -> str:
     """Charge an experiment's records over the common window of each group of compared runs (in place).
 
     Each record carries ``window_input`` (:func:`window_input` of its summary) and ``energy_kwh`` and optionally
     ``cost_usd``/``co2_kg``: these become the common-window figures, ``own_window_kwh`` keeps the run's own
     energy. `group` tells which runs are compared with one another (`what` names such a group in the returned
-    line); `config` gives a record's run config (to rebuild its signals)."""
+    line); `config` gives a record's run config (to rebuild its signals). With another `target` the common-window
+    energy goes there and the record's own figures stay as they are (an experiment whose own-window figures
+    define something, such as an energy budget)."""
     groups: dict[Hashable, list[Any]] = {}
     for r in records:
         groups.setdefault(group(r), []).append(r)
@@ -184,15 +187,19 @@ def rebase(
         charge_summaries(summaries, [config(r) for r in members])
         for r, s in zip(members, summaries, strict=True):
             w = s[KEY]
+            longest = max(longest, w["tail_s"])
+            if target != "energy_kwh":
+                setattr(r, target, w["energy_kwh"])
+                continue
             r.own_window_kwh = r.energy_kwh
             r.energy_kwh = w["energy_kwh"]
             for name in ("cost_usd", "co2_kg"):
                 if hasattr(r, name):
                     setattr(r, name, math.nan if w[name] is None else float(w[name]))
-            longest = max(longest, w["tail_s"])
+    own = "own_window_kwh" if target == "energy_kwh" else "energy_kwh"
     return (
         f"Energy, cost and carbon are charged over a common window per {what}: from the first submission to the "
         "latest end among its runs; after its own last completion a run's nodes draw what its power manager "
         f"leaves them at (docs/energy.md, Accounting window; longest tail {longest / 3600:,.2f} h). "
-        "own_window_kwh: each run's energy up to its own last completion."
+        f"{own}: each run's energy up to its own last completion."
     )
