@@ -236,7 +236,9 @@ def run_experiment(
     for r in records:
         r.usd_per_kwh = r.cost_usd / r.energy_kwh if r.energy_kwh else float("nan")
     hidden = ("week_", "series_", "window_input")
-    results = pd.DataFrame([{k: v for k, v in asdict(r).items() if not k.startswith(hidden)} for r in records])
+    results = pd.DataFrame(
+        [{k: v for k, v in asdict(r).items() if not k.startswith(hidden)} for r in records]
+    )
     out = write_results(out, results)
     summary = summarise(setup, inputs, results, workers)
     summary["window"] = window

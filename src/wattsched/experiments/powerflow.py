@@ -755,8 +755,7 @@ def render_summary(s: dict[str, Any]) -> str:
         "",
         "E_b and E PowerFlow are each run's own energy, from the first submission to its own last completion: the "
         "budget is defined on them. The comparison of energy between runs is over the common window (the last "
-        "three columns): "
-        + s.get("window", "not available"),
+        "three columns): " + s.get("window", "not available"),
         "",
         "| baseline | mean JCT baseline (h) | mean JCT PowerFlow (h) | **JCT ratio** | paper 1.57-3.39x "
         f"| target {TARGET_RATIO}x | p95 ratio | makespan ratio | E_b (kWh) | E PowerFlow (kWh) | budget error "
