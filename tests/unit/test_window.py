@@ -249,3 +249,35 @@ def test_recording_in_run_dirs_adds_a_named_common_window_block(two_runs, tmp_pa
     for b, a in zip(before, after, strict=True):
         assert {k: v for k, v in a.items() if k != "common_window"} == b  # own figures untouched
         assert a["common_window"]["end_s"] == end and a["common_window"]["energy_kwh"] >= b["energy_kwh"]
+
+
+def test_compare_charges_the_tail_with_the_runs_own_price_and_carbon(tmp_path):
+    from wattsched.energy.signals import load_csv_signal
+    from wattsched.experiments.compare import comparison
+    from wattsched.experiments.demo import SIGNAL_YEAR, write_generated_signals
+
+    price_csv, carbon_csv = write_generated_signals(tmp_path, SIGNAL_YEAR)
+    # The hand-computed case above, in hours, as files: sjf ends at 3 h, fifo at 5 h.
+    (tmp_path / "cluster.yaml").write_text(
+        "name: one\nnode_groups:\n  - {count: 1, gpus: 2, gpu_model: V100, cpu_milli: 32000, memory_mib: 1000000}\n"
+    )
+    (tmp_path / "jobs.csv").write_text(
+        "job_id,submit_time,duration,num_gpu\na,0,7200,1\nb,0,3600,2\nc,0,7200,1\n"
+    )
+    common = ("--workload", tmp_path / "jobs.csv", "--cluster", tmp_path / "cluster.yaml", "--power-manager",
+              "idle-timeout", "--price-csv", price_csv, "--carbon-csv", carbon_csv, "--year", SIGNAL_YEAR)  # fmt: skip
+    runs = [_simulate(tmp_path / q, "--queue", q, *common) for q in ("fifo", "sjf")]
+    frame = comparison(runs)
+    summaries = [json.loads((p / "summary.json").read_text()) for p in runs]
+    tails = [PowerTail.from_summary(s) for s in summaries]
+    end = max(t.end_s for t in tails)
+    assert any(t.end_s < end for t in tails)  # one run has a tail inside the window
+    # The signals built here from the CSV files directly, not through the runs' configs.
+    price = align(load_csv_signal(price_csv, "price", SIGNAL_YEAR), None)
+    carbon = align(load_csv_signal(carbon_csv, "carbon", SIGNAL_YEAR), None)
+    for row, tail in zip(frame.to_dict("records"), tails, strict=True):
+        expected = tail.over(end, price, carbon)
+        assert row["cost_usd"] == pytest.approx(expected["cost_usd"], rel=1e-12)
+        assert row["co2_kg"] == pytest.approx(expected["co2_kg"], rel=1e-12)
+        if tail.end_s < end:
+            assert row["cost_usd"] > tail.cost_usd and row["co2_kg"] > tail.co2_kg

@@ -75,11 +75,12 @@ class PowerTail:
         by["facility_overhead"] = by.get("facility_overhead", 0.0) + (self.pue - 1.0) * extra_j / J_PER_KWH
         kwh = self.energy_kwh + self.pue * extra_j / J_PER_KWH
         w = self.power_w[k]
-        cost = co2 = None
-        if self.cost_usd is not None and price is not None:
-            cost = self.cost_usd + float(np.sum(price.cost_usd(w, t0, t1))) if k.size else self.cost_usd
-        if self.co2_kg is not None and carbon is not None:
-            co2 = self.co2_kg + float(np.sum(carbon.co2_kg(w, t0, t1))) if k.size else self.co2_kg
+        # Without a tail inside the window the own figures stand; with one, a missing signal leaves it unknown.
+        cost, co2 = (self.cost_usd, self.co2_kg) if not k.size else (None, None)
+        if k.size and self.cost_usd is not None and price is not None:
+            cost = self.cost_usd + float(np.sum(price.cost_usd(w, t0, t1)))
+        if k.size and self.co2_kg is not None and carbon is not None:
+            co2 = self.co2_kg + float(np.sum(carbon.co2_kg(w, t0, t1)))
         span = end - self.start_s
         return {
             "start_s": self.start_s,

@@ -85,9 +85,11 @@ def charge_summaries(summaries: Sequence[dict[str, Any]], configs: Sequence[Simu
     """Add a ``common_window`` block to each run summary (in place) and return the line naming the window.
     `configs`: each run's config, to rebuild its price and carbon signals for the tail's cost and carbon."""
     tails = [PowerTail.from_summary(s) for s in summaries]
+    _, end = window_of(tails)
+    # Only a run with a tail inside the window needs its signals (read from data files: skipped where not needed).
     signals = [
-        signals_of(cfg, s) if cfg is not None else (None, None)
-        for cfg, s in zip(configs, summaries, strict=True)
+        signals_of(cfg, s) if cfg is not None and t.end_s < end else (None, None)
+        for cfg, s, t in zip(configs, summaries, tails, strict=True)
     ]
     for s, b in zip(summaries, charge(tails, signals), strict=True):
         s[KEY] = b
