@@ -587,7 +587,7 @@ def saving_lines(summary: dict[str, Any]) -> list[str]:
         for gpu, t in per_gpu.items():
             lines.append(
                 f"  {trace['workload']}, {pm}, {gpu:8s} training-energy saving {t['training_saving_pct']:.1f} %, total "
-                f"{t['total_saving_pct']:+.1f} %, deadline misses {t['deadline_misses_dvfs']} vs "
+                f"(common window) {t['total_saving_pct']:+.1f} %, deadline misses {t['deadline_misses_dvfs']} vs "
                 f"{t['deadline_misses_default']} at default clocks"
             )
     return lines
