@@ -281,3 +281,11 @@ def test_compare_charges_the_tail_with_the_runs_own_price_and_carbon(tmp_path):
         assert row["co2_kg"] == pytest.approx(expected["co2_kg"], rel=1e-12)
         if tail.end_s < end:
             assert row["cost_usd"] > tail.cost_usd and row["co2_kg"] > tail.co2_kg
+    # Without the series files the tail's cost and carbon cannot be charged: shown as missing, and said so.
+    price_csv.unlink()
+    carbon_csv.unlink()
+    window._signals_cached.cache_clear()
+    again = comparison(runs)
+    for row, tail in zip(again.to_dict("records"), tails, strict=True):
+        assert np.isnan(row["cost_usd"]) if tail.end_s < end else row["cost_usd"] == tail.cost_usd
+    assert "are not shown" in " ".join(again.attrs["window"])

@@ -87,14 +87,23 @@ def charge_summaries(summaries: Sequence[dict[str, Any]], configs: Sequence[Simu
     tails = [PowerTail.from_summary(s) for s in summaries]
     _, end = window_of(tails)
     # Only a run with a tail inside the window needs its signals (read from data files: skipped where not needed).
-    signals = [
-        signals_of(cfg, s) if cfg is not None and t.end_s < end else (None, None)
-        for cfg, s, t in zip(configs, summaries, tails, strict=True)
-    ]
+    signals, missing = [], []
+    for cfg, s, t in zip(configs, summaries, tails, strict=True):
+        try:
+            signals.append(signals_of(cfg, s) if cfg is not None and t.end_s < end else (None, None))
+        except (WattschedError, OSError) as exc:  # e.g. the data directory or a series file is not here
+            signals.append((None, None))
+            missing.append(str(exc))
     for s, b in zip(summaries, charge(tails, signals), strict=True):
         s[KEY] = b
     start, end = window_of(tails)
-    return describe(start, end, len(tails))
+    line = describe(start, end, len(tails))
+    if missing:
+        line += (
+            f"; the cost and carbon of {len(missing)} run(s) are not shown: their price or carbon series could "
+            f"not be read again ({missing[0]})"
+        )
+    return line
 
 
 def record_in_run_dirs(dirs: Sequence[Path]) -> str:
