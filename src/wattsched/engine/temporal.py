@@ -323,7 +323,8 @@ class Simulator:
         """Play out the power manager's timers after the last completion, with no jobs, and return the node
         power transitions this adds, how far it went and whether no power timer was left. The run's own records
         are left as they were at its end: the transitions are taken back off the controller's log and the clock
-        is set back, so every own-window figure is unchanged."""
+        is set back, so every own-window figure and counter is unchanged (the live node power states are left as
+        the tail ends them; nothing reads them after the run)."""
         power, heap = self.power, self._heap
         assert power is not None
         mine = self.actions_for_power
