@@ -793,6 +793,12 @@ def render_summary(s: dict[str, Any]) -> str:
     lines += ["", "## Why figures are off target", ""]
     lines += _explanations(s)
     lines += ["", "## JCT against energy (sweeps; means over seeds; `sweep.csv`)", ""]
+    lines += [
+        "Energies here are each run's own (first submission to its own last completion), the quantity the budgets "
+        "and their errors are defined on; `sweep.csv` `window_kwh` holds each run's energy over the common window "
+        "of its seed's runs.",
+        "",
+    ]
     lines += _sweep_lines(sweep)
     lines += ["", "## What differs from the paper's setup", ""]
     lines += [f"- {t}" for t in _differences(s)]
