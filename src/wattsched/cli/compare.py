@@ -72,6 +72,8 @@ def print_comparison(frame: pd.DataFrame, only: Sequence[str] | None = None, com
     console.print(Text(f"{MISSING}: not recorded by the run, or no change against a baseline of 0"))
     for key, definition in column_definitions(frame, [m.key for m in main]):
         console.print(Text(f"{key}: {definition}"))
+    for line in frame.attrs.get("window") or []:
+        console.print(Text(f"window: {line}"))
     for basis in dict.fromkeys(frame.loc[frame["reconstructed"], "basis"]):
         console.print(Text(f"reconstructed: {basis}"))
     warn_job_models(frame)

@@ -220,8 +220,12 @@ def powerflow(
             r = s["per_baseline"][b]
             console.print(
                 f"  vs {b}: mean JCT ratio {r['ratio']:.2f} ± {r['ratio_std']:.2f}, "
-                f"budget error {r['budget_error_pct']:+.1f} %"
+                f"budget error {r['budget_error_pct']:+.1f} % (own windows), energy "
+                f"{r['window_energy_change_pct']:+.1f} % over the common window"
             )
+        console.print(
+            "  common window: first submission to the latest end among a seed's runs (docs/energy.md)"
+        )
         console.print(f"results.csv, sweep.csv, runs.csv, summary.md and plots in [bold]{result.out}[/]")
     if len(results) > 1:
         console.print(f"headline per power manager: [bold]{out / 'summary.md'}[/] and headline.csv")
@@ -278,6 +282,7 @@ def eaco(
                 f"{-v['fewer_nodes_pct']:+.1f} %, runtime {v['runtime_change_pct']:+.1f} %, JCT "
                 f"{v['jct_change_pct']:+.1f} %"
             )
+    console.print("  energy over the common window of each cluster size and seed (docs/energy.md)")
     console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")
 
 
@@ -355,6 +360,7 @@ def cedla(
                 f"  {reg:12s} {p:24s} ${r['cost_usd']:>10,.0f} ({-r['cost_saving_pct']:+.1f} %)  "
                 f"{r['energy_kwh']:>10,.0f} kWh  misses {r['deadline_misses']}  SLO hours {r['slo_violation_hours']}"
             )
+    console.print("  cost, energy and carbon over the common window of each region's runs (docs/energy.md)")
     console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")
 
 
@@ -526,4 +532,6 @@ def hkbu_online_pd(
             f"  philly {r['policy']:16s} started {r['started']:>6}  on time {r['on_time']:>6}  "
             f"net ${r['net_value_usd']:>12,.0f}  energy {r['energy_kwh']:>10,.0f} kWh"
         )
+    if s["philly"]["runs"]:
+        console.print("  philly energy and net value over the common window of its runs (docs/energy.md)")
     console.print(f"ratios.csv, summary.json, summary.md and plots in [bold]{result.out}[/]")

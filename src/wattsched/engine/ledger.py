@@ -16,6 +16,10 @@ Segments are of two kinds:
   ``gpu_busy_w - P_idle``.
 
 Cost and carbon multiply each segment's power by the integral of the aligned hourly signal over it.
+
+Beyond the run's own end the ledger also keeps its tail (``engine.tail.PowerTail``): the power step function of
+the node power states the power manager leaves, for comparisons over a common window (docs/energy.md,
+"Accounting window"). The own-window figures above never include it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
 from .observers import Observer
 from .power import NodePower
+from .tail import TAIL_COMPONENTS, PowerTail
 
 if TYPE_CHECKING:
     from .temporal import Simulator
@@ -68,6 +73,8 @@ class EnergyLedger(Observer):
         self.span_s = 0.0
         self.cost_usd: float | None = None
         self.co2_kg: float | None = None
+        self._end_state: np.ndarray | None = None
+        self._tail: tuple[list, float, bool] = ([], 0.0, True)
 
     @property
     def energy_j(self) -> dict[str, float]:
@@ -82,6 +89,62 @@ class EnergyLedger(Observer):
         self.span_s = self.t_end - self.t_start
         self._integrate(sim)
         self._peak()
+        n = sim.spec.num_nodes
+        power_state = getattr(self.controller, "power_state", None)
+        self._end_state = (
+            np.full(n, ON, dtype=np.int64) if power_state is None else power_state.astype(np.int64)
+        )
+        self._tail = ([], self.t_end, True)
+
+    def on_tail(self, transitions: list, drained_to_s: float, settled: bool) -> None:
+        """The node power transitions after the run's own end (``Simulator.run`` drains the power manager's
+        timers with no jobs), how far they were played out, and whether no timer was left."""
+        self._tail = (list(transitions), float(drained_to_s), bool(settled))
+
+    def _idle_draw(self) -> np.ndarray:
+        """Watts [node, power state, TAIL_COMPONENTS] of a node holding no job, pre-PUE, as `_integrate` books
+        them: on, idle GPUs + idle CPUs + base; booting or shutting down, idle power + base; off, off_power_w."""
+        model = self.model
+        nodes = np.arange(len(model.gpu_count))
+        out = np.zeros((len(nodes), 4, len(TAIL_COMPONENTS)))
+        out[:, ON, 0] = model.gpu_idle_w[nodes] * model.gpu_count[nodes]
+        out[:, ON, 1] = model.cpu_w(model.spec.cpu_milli[nodes], nodes)
+        out[:, ON, 2] = self.node_base_w
+        moving = model.node_idle_w(nodes) + self.node_base_w
+        out[:, BOOTING, 3] = moving
+        out[:, SHUTTING_DOWN, 3] = moving
+        out[:, OFF, 3] = self.off_power_w
+        return out
+
+    def tail(self) -> PowerTail:
+        """The run's own-window totals and its power step function from its own end on."""
+        if self._end_state is None:
+            raise RuntimeError("the ledger has no tail before the run finished")
+        transitions, drained_to, settled = self._tail
+        draw = self._idle_draw()
+        state = self._end_state
+        trans = np.array(transitions, dtype=np.float64).reshape(-1, 4)  # time, node, new state, old state
+        node = trans[:, 1].astype(np.int64)
+        delta = draw[node, trans[:, 2].astype(np.int64)] - draw[node, trans[:, 3].astype(np.int64)]
+        first = draw[np.arange(len(state)), state].sum(axis=0)
+        steps = np.cumsum(np.vstack([first[None, :], delta]), axis=0)
+        times = np.r_[self.t_end, trans[:, 0]]
+        last_at_time = np.r_[times[1:] != times[:-1], True]  # the state after every transition at that time
+        times, steps = times[last_at_time], steps[last_at_time]
+        by = self.energy_j
+        return PowerTail(
+            start_s=self.t_start,
+            end_s=self.t_end,
+            energy_kwh=float(self._energy.sum()) / J_PER_KWH,
+            energy_by_component_kwh={k: v / J_PER_KWH for k, v in by.items()},
+            cost_usd=self.cost_usd,
+            co2_kg=self.co2_kg,
+            pue=self.pue,
+            t_s=times,
+            component_w={name: steps[:, i].copy() for i, name in enumerate(TAIL_COMPONENTS)},
+            drained_to_s=drained_to,
+            settled=settled,
+        )
 
     # --- building the segments ------------------------------------------------------------------------------
     def _allocations(self, sim: Simulator):

@@ -52,6 +52,11 @@ from .power import NodePower
 KIND_COMPLETION, KIND_RESTART_DONE, KIND_CALLBACK, KIND_POWER_TIMER = 0, 1, 2, 3
 
 STALL_LIMIT_S = 3650 * 86400.0
+# After the last completion the power manager's timers play out with no jobs (the run's tail, for comparisons over
+# a common window, docs/energy.md "Accounting window"), for at most this long and this many timer calls: a manager
+# with periodic wake-ups (forecast) never runs out of timers.
+TAIL_HORIZON_S = 30 * 86400.0
+TAIL_MAX_TIMERS = 200_000
 _PENDING_CHUNK = 16
 
 
@@ -296,6 +301,12 @@ class Simulator:
             self.power.finish(self.now)
         for obs in self.observers:
             obs.on_finish(self)
+        if self.power is not None:
+            tail = self._drain_power_tail()
+            for obs in self.observers:
+                on_tail = getattr(obs, "on_tail", None)
+                if on_tail is not None:
+                    on_tail(*tail)
         return RunOutcome(
             status,
             self.start_s,
@@ -307,6 +318,45 @@ class Simulator:
             self.work_lost,
             self.lost_gpu_s,
         )
+
+    def _drain_power_tail(self) -> tuple[list, float, bool]:
+        """Play out the power manager's timers after the last completion, with no jobs, and return the node
+        power transitions this adds, how far it went and whether no power timer was left. The run's own records
+        are left as they were at its end: the transitions are taken back off the controller's log and the clock
+        is set back, so every own-window figure and counter is unchanged (the live node power states are left as
+        the tail ends them; nothing reads them after the run)."""
+        power, heap = self.power, self._heap
+        assert power is not None
+        mine = self.actions_for_power
+
+        def powers(entry) -> bool:  # the manager's timers and the ends of its boots and shutdowns
+            return entry[1] == KIND_POWER_TIMER or (entry[1] == KIND_CALLBACK and entry[4][1] is mine)
+
+        end, mark = self.now, len(power.transitions)
+        horizon = end + TAIL_HORIZON_S
+        calls = 0
+        while heap and calls < TAIL_MAX_TIMERS:
+            if not powers(heap[0]):  # stale job events and policy rounds: no work is left for them
+                heapq.heappop(heap)
+                continue
+            t = heap[0][0]
+            if t > horizon:
+                break
+            self.now = max(self.now, t)
+            while heap and heap[0][0] <= t and calls < TAIL_MAX_TIMERS:
+                entry = heapq.heappop(heap)
+                if powers(entry):
+                    callback, actions = entry[4]  # type: ignore[misc]
+                    callback(self.view, actions)
+                    calls += 1
+            power.batch_end()
+        left = [entry[0] for entry in heap if powers(entry)]
+        settled = not left
+        drained_to = self.now if settled else min(min(left), horizon)  # the states are exact up to here
+        tail = power.transitions[mark:]
+        del power.transitions[mark:]
+        self.now = end
+        return tail, drained_to, settled
 
     # ----- job lifecycle ------------------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, ref: int, payload: object) -> None:

@@ -6,6 +6,11 @@ per-run table records it (``EXPERIMENT_TABLES``). Columns: the run's label, its 
 policy it ran is a reconstruction and on what basis, the metrics (``METRICS``; a column only where some run
 records it, NaN for a run that does not) and each metric's change against a baseline run in per cent. Pure:
 directories in, a DataFrame out.
+
+Run directories compared with one another are charged over one common window (``experiments.window``): their
+energy, cost and carbon columns hold the common-window figures, ``own_window_kwh`` the run's own, and
+``frame.attrs["window"]`` names the window. An experiment's rows are as the experiment reports them (each
+experiment charges its compared runs over their common window itself).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class Metric:
 METRICS = (
     Metric("jobs_completed", "done", decimals=0),
     Metric("energy_kwh", "kWh", decimals=1),
+    Metric("own_window_kwh", "own kWh", decimals=1),  # up to the run's own last completion
     # the energy components (energy_<component>_kwh) follow the total, in the order the runs record them
     Metric("cost_usd", "USD", decimals=0),
     Metric("co2_kg", "kg CO2", decimals=0),
@@ -224,7 +230,10 @@ def run_row(path: Path) -> dict[str, Any]:
         "slo_violation_hours": _number(s, "slo_violation_hours"),
         "restarts": _number(s, "restarts"),
     }
-    return _row(str(path), path, "", policy, bases, metrics)
+    row = _row(str(path), path, "", policy, bases, metrics)
+    if isinstance(s.get("tail_power"), dict):
+        row["_summary"] = s  # for the common window (`_on_common_window`)
+    return row
 
 
 # -- what an experiment records ----------------------------------------------------------------------------
@@ -340,6 +349,7 @@ EXPERIMENT_TABLES = (
         ("kind", "policy", "baseline", "seed", "sm_clock_cap", "budget_fraction"),
         {
             "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "mean_jct_s",
+            "own_window_kwh": "own_window_kwh",
             "jct_p95_s": "p95_jct_s", "queue_delay_mean_s": "queue_delay_mean_s", "makespan_s": "makespan_s",
             "gpu_allocation": "gpu_allocation_mean", "restarts": "restarts",
         },
@@ -349,6 +359,7 @@ EXPERIMENT_TABLES = (
         "eaco", "results.csv", frozenset({"nodes", "avg_active_nodes", "colocations"}), ("nodes", "policy", "seed"),
         {
             "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "avg_jct_s",
+            "own_window_kwh": "own_window_kwh",
             "queue_delay_mean_s": "avg_queue_s", "makespan_s": "makespan_s", "gpu_allocation": "gpu_allocation",
             "restarts": "restarts",
         },
@@ -358,6 +369,7 @@ EXPERIMENT_TABLES = (
         "cedla", "results.csv", frozenset({"region", "cost_usd", "slo_violation_hours"}), ("policy", "region"),
         {
             "energy_kwh": "energy_kwh", "cost_usd": "cost_usd", "co2_kg": "co2_kg", "jct_mean_s": "mean_jct_s",
+            "own_window_kwh": "own_window_kwh",
             "gpu_allocation": "gpu_allocation", "deadline_misses": "deadline_misses",
             "slo_violation_hours": "slo_violation_hours",
         },
@@ -376,6 +388,7 @@ EXPERIMENT_TABLES = (
         ("gpu", "power_manager", "variant"),
         {
             "jobs_completed": "jobs_completed", "energy_kwh": "total_energy_kwh",
+            "own_window_kwh": "own_window_kwh",
             "energy_gpu_active_kwh": "training_energy_kwh", "jct_mean_s": "jct_mean_s",
             "makespan_s": "makespan_s", "deadline_misses": "deadline_misses",
         },
@@ -396,6 +409,7 @@ EXPERIMENT_TABLES = (
         "hkbu-online-pd", "philly.csv", frozenset({"policy", "on_time", "net_value_usd"}), ("policy",),
         {
             "jobs_completed": "completed", "energy_kwh": "energy_kwh", "cost_usd": "energy_cost_usd",
+            "own_window_kwh": "own_window_kwh",
             "jct_mean_s": "jct_mean_s", "gpu_allocation": "gpu_allocation_mean",
             "deadline_misses": "deadline_misses",
         },
@@ -464,13 +478,15 @@ def comparison(paths: Sequence[str | Path], baseline: str | Path | None = None) 
     for path in paths:
         rows = _joined(rows, rows_of(path))
     rows, base = _with_baseline(rows, baseline)
-    frame = pd.DataFrame(rows)
+    window = _on_common_window(rows)
+    frame = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
     frame["baseline"] = np.arange(len(frame)) == base
     metric_cols = [m.key for m in metrics_of(frame)]
     present = [c for c in metric_cols if frame[c].notna().any()]  # a metric no run records is left out
     frame = frame[[*LABEL_COLUMNS, *present]].copy()
     for col in present:
         frame[col + DELTA_SUFFIX] = _delta_pct(frame[col].to_numpy(float), float(frame[col].iloc[base]))
+    frame.attrs["window"] = window
     return frame
 
 
@@ -495,6 +511,44 @@ def _short_matches(rows: list[dict], text: str) -> list[int]:
         if text in values or text == r["policy"] or text == str(r["policy"]).split(",")[0]:
             loose.append(i)
     return loose
+
+
+def _on_common_window(rows: list[dict]) -> list[str]:
+    """Charge the run directories among `rows` over their common window (in place): their energy, components,
+    cost and carbon become the common-window figures, ``own_window_kwh`` keeps their own. Lines naming the
+    window(s) the table uses."""
+    from .config import resolve_config
+    from .window import charge_summaries
+
+    runs = [r for r in rows if "_summary" in r]
+    lines = []
+    if runs:
+        summaries = [dict(r["_summary"]) for r in runs]
+        configs = [resolve_config(Path(r["source"]) / "config.resolved.yaml", {}) for r in runs]
+        lines.append("run directories: " + charge_summaries(summaries, configs))
+        for r, s in zip(runs, summaries, strict=True):
+            w = s["common_window"]
+            r["own_window_kwh"] = r["energy_kwh"]
+            r["energy_kwh"] = w["energy_kwh"]
+            for name, kwh in w["energy_by_component_kwh"].items():
+                r[f"{COMPONENT_PREFIX}{name}{COMPONENT_SUFFIX}"] = kwh
+            r["cost_usd"] = _number(w, "cost_usd")
+            r["co2_kg"] = _number(w, "co2_kg")
+    others: dict[str, bool] = {}
+    for r in rows:
+        if "_summary" in r or math.isnan(r.get("energy_kwh", math.nan)):
+            continue  # charged above, or no energy to charge (packing runs)
+        name = r["experiment"] or "run directories without a recorded tail"
+        common = not math.isnan(r.get("own_window_kwh", math.nan))
+        others[name] = others.get(name, True) and common
+    for name, common in sorted(others.items()):
+        lines.append(
+            f"{name}: the common window of the experiment's compared runs, as its table records it"
+            if common
+            else f"{name}: each run's own window, from its first submission to its own last completion (written "
+            "before common-window accounting: rerun to compare over a common window)"
+        )
+    return lines
 
 
 def _with_baseline(rows: list[dict], baseline: str | Path | None) -> tuple[list[dict], int]:

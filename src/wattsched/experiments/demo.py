@@ -163,7 +163,8 @@ def demo_notes(setup: DemoSetup, baseline_kwh: float) -> list[str]:
         "not measurements.",
         f"The price and carbon series are GENERATED daily sines ({Path(setup.price_csv).name}, "
         f"{Path(setup.carbon_csv).name}), not market data.",
-        f"PowerFlow's energy budget is the baseline's energy, {baseline_kwh:,.1f} kWh.",
+        f"PowerFlow's energy budget is the baseline's energy over its own window (first submission to its own "
+        f"last completion), {baseline_kwh:,.1f} kWh; the table compares every run over the common window.",
     ]
 
 
@@ -174,6 +175,7 @@ def run_demo(
     from .compare import comparison
     from .jobmodel import require_one_job_model
     from .report import build_report
+    from .window import record_in_run_dirs
 
     price, carbon = write_generated_signals(out / "signals")
     setup = DemoSetup(str(out), num_jobs, seed, str(price), str(carbon))
@@ -197,6 +199,7 @@ def run_demo(
                     progress(len(energies), total)
 
     runs = [out / r.name for r in DEMO_RUNS]
+    record_in_run_dirs(runs)  # each run's summary.json gains its common_window block
     frame = comparison(runs, out / BASELINE)
     frame["run"] = [Path(s).name for s in frame["source"]]  # the run's name, not its path
     write_with(out / "comparison.csv", lambda p: frame.to_csv(p, index=False, float_format="%.10g"))
@@ -205,7 +208,8 @@ def run_demo(
         over = energies[name] / energies[BASELINE] - 1.0
         if over > 0.005:  # say so next to the budget, not only in the table
             notes.append(
-                f"{name} used {energies[name]:,.1f} kWh, {over:.1%} over its budget (docs/powerflow.md)."
+                f"{name} used {energies[name]:,.1f} kWh in its own window, {over:.1%} over its budget "
+                "(docs/powerflow.md)."
             )
     described = [*notes, *(f"{r.name}: {r.what}" for r in DEMO_RUNS)]
     html = build_report(runs, out / BASELINE, title="wattsched demo: energy-aware policies", notes=described)

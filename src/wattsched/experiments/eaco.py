@@ -34,6 +34,7 @@ from .grid import (
 )
 from .jobmodel import require_one_job_model
 from .parallel import Execution, grid_done, run_tasks
+from .window import rebase, window_input
 
 FIRST_SEED = 42
 DEFAULT_WORKLOAD = "gavel/msr/all"
@@ -116,8 +117,10 @@ class RunRecord:
     decolocations: int
     restarts: int
     wall_s: float
+    own_window_kwh: float = float("nan")  # up to the run's own last completion; energy_kwh: the common window
     series_t: list[float] = field(default_factory=list, repr=False)
     series_nodes_on: list[float] = field(default_factory=list, repr=False)
+    window_input: dict = field(default_factory=dict, repr=False)
 
 
 def _time_mean(t: np.ndarray, v: np.ndarray) -> float:
@@ -159,6 +162,7 @@ def run_task(setup: Setup, policy: str, nodes: int, seed: int) -> RunRecord:
         wall_s=time.perf_counter() - started,
         series_t=t[keep].tolist(),
         series_nodes_on=on[keep].tolist(),
+        window_input=window_input(s),
     )
 
 
@@ -208,9 +212,12 @@ def run_experiment(
     execution = execution or Execution()
     records, workers = run_tasks(run_task, setup, tasks, workers, progress, out, execution)
     grid_wall = time.perf_counter() - started
+    window = rebase(records, lambda r: (r.nodes, r.seed), lambda r: setup.config(r.policy, r.nodes, r.seed),
+                    "cluster size and seed")  # fmt: skip
     results = results_frame(records)
     out = write_results(out, results)
     summary = summarise(setup, inputs, records, results, workers, grid_wall)
+    summary["notes"].append(window)
     summary["backend"] = execution.backend
     if plots:
         summary["plots"] = write_plots(out, records, summary)
@@ -221,7 +228,8 @@ def run_experiment(
 
 
 def results_frame(records: list[RunRecord]) -> pd.DataFrame:
-    rows = [{k: v for k, v in asdict(r).items() if not k.startswith("series_")} for r in records]
+    hidden = ("series_", "window_input")
+    rows = [{k: v for k, v in asdict(r).items() if not k.startswith(hidden)} for r in records]
     df = pd.DataFrame(rows)
     return df.sort_values(["nodes", "policy", "seed"], kind="stable").reset_index(drop=True)
 
@@ -305,13 +313,18 @@ def render_summary(s: dict[str, Any]) -> str:
         "",
         "## Per policy (means over seeds ± sample std)",
         "",
+        "Energy is charged over the common window of each cluster size and seed: from the first submission to the "
+        "latest end among that size's runs of the seed, each run's nodes drawing what its power manager leaves "
+        "them at after its own end (docs/energy.md, Accounting window; results.csv: `own_window_kwh` is each run's "
+        "own).",
+        "",
     ]
     for nodes in sorted(s["per"]):
         lines += [
             f"### {nodes} nodes",
             "",
-            "| policy | energy (kWh) | avg active nodes | avg runtime (h) | avg JCT (h) | milli-GPU held "
-            "| co-locations | de-co-locations |",
+            "| policy | energy, common window (kWh) | avg active nodes | avg runtime (h) | avg JCT (h) "
+            "| milli-GPU held | co-locations | de-co-locations |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for policy, r in s["per"][nodes].items():

@@ -40,6 +40,8 @@ class EnergySetup:
         if self.carbon is not None:
             info["carbon"] = self.carbon.describe()
         out["energy_model"] = info
+        # The draw after the run's own end, to charge it over a common window when compared (experiments/window).
+        out["tail_power"] = self.ledger.tail().to_dict()
         return out
 
 

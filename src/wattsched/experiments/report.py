@@ -670,6 +670,15 @@ def build_report(
         '<h2 id="comparison">Comparison</h2>',
         f'<p class="meta">Each cell: the value, below it the change against the baseline ({esc(MISSING)}: not '
         "recorded, or no change against a baseline of 0). Green: better, red: worse. Times in hours.</p>",
+        *(
+            [
+                '<ul class="notes" id="window">',
+                *(f"<li>Window: {esc(w)}</li>" for w in frame.attrs["window"]),
+                "</ul>",
+            ]
+            if frame.attrs.get("window")
+            else []
+        ),
         table_html(frame, main, "comparison-table"),
     ]
     defined = column_definitions(frame, [m.key for m in main])
