@@ -225,3 +225,36 @@ def test_no_stall_while_jobs_wait_for_a_long_running_job():
     jobs = make_jobs([{"id": "a", "submit": 0.0, "duration": 864_000.0}, {"id": "b", "submit": 1.0}])
     _sim, out = _simulate(MemoOnChanges(), jobs, spec, manager=None)
     assert out.start_s[1] == pytest.approx(864_000.0)
+
+
+# --- the live mirror tells the same -----------------------------------------------------------------------------
+def test_live_eaco_under_idle_timeout_starts_a_job_once_the_node_booted_for_it_is_on():
+    from wattsched.backends.driver import LiveDriver
+    from wattsched.backends.slurm.backend import SlurmBackend
+    from wattsched.backends.slurm.fake import FakeSlurm
+    from wattsched.backends.store import JobStore
+    from wattsched.core.states import OFF, ON
+    from wattsched.experiments.config import SimulationConfig
+    from wattsched.experiments.run import build_scheduler
+    from wattsched.policies.power import IdleTimeout
+
+    fake = FakeSlurm.uniform(3, resume_s=5)
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    scheduler = build_scheduler(SimulationConfig(allocation="eaco", round_s=5), None)
+    driver = LiveDriver(backend, scheduler, JobStore(":memory:"), power_manager=IdleTimeout(10))
+
+    def run(seconds: int) -> None:
+        for _ in range(seconds):
+            fake.advance(fake.now + 1.0)
+            driver.step()
+
+    run(15)
+    c = driver.cluster
+    assert (c.power_state == OFF).all() and c.view.changes.switched_off == 3
+    job = fake.submit(1, duration_s=8, time_limit_min=1)
+    run(12)  # the job arrives, a node boots (5 s), then the policy hears of it and starts the job
+    assert (c.power_state == ON).sum() == 1
+    started = fake.jobs[int(job)]
+    assert started.state in ("RUNNING", "COMPLETED")
+    assert started.start_time >= started.submit_time + fake.resume_s
+    assert not c.view.changes.any  # the decision that started it is the last one: nothing new since
