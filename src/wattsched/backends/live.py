@@ -48,7 +48,16 @@ from ..core.states import (
 from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from ..policies.base import JobRequest, Placement
 from ..policies.contract import (
+    ARRIVED,
+    BOOTED,
+    LEFT,
+    RELEASED,
+    SETTINGS,
+    SWITCHED_OFF,
+    TAKEN,
     BindContext,
+    ChangeCounter,
+    ChangeSet,
     InvalidDecision,
     PowerManager,
     Scheduler,
@@ -200,6 +209,7 @@ class LiveCluster:
         self.resized: dict[
             int, tuple[int, int]
         ] = {}  # the shape wattsched gave a job: (nodes, GPUs per node)
+        self.changes = ChangeCounter()  # what changed since the scheduler's last decision (view.changes)
         self._timers: list[tuple[float, int, WakeCallback, LiveActions]] = []
         self._timer_seq = 0
         self.decide_requested = False
@@ -248,6 +258,7 @@ class LiveCluster:
             source=self.backend.name,
         )
         self._grow_arrays(len(self.ids))
+        self.changes.counts[ARRIVED] += len(new)
         self.book = self._live_book()
         self._priority = np.asarray(self.scheduler.priority(self.jobs), dtype=np.float64)
         self._bind()
@@ -321,6 +332,7 @@ class LiveCluster:
             )
             if bool(self.state.available[i]) != available:
                 self.state.set_available(np.array([i]), available)
+                self.changes.counts[BOOTED if available else SWITCHED_OFF] += 1
                 changed = True
             if self.power is not None:
                 changed |= self.power.observed(i, power, unusable=n.power == NODE_UNAVAILABLE)
@@ -355,6 +367,7 @@ class LiveCluster:
             # requeued by the cluster manager (node failure, preemption outside wattsched): back to the queue
             self._release(job)
             self.status[job] = STATUS_PENDING
+            self.changes.counts[ARRIVED] += 1
             changes.finished.append(job)
 
     def _adopt(self, job: int, o: JobObs) -> None:
@@ -396,6 +409,7 @@ class LiveCluster:
             self.state.allocate(node, gpus, target.share_milli, cpu, mem)
         self.targets[job] = target
         self.status[job] = STATUS_RUNNING
+        self.changes.counts[TAKEN] += 1
         if math.isnan(self.start_s[job]):
             self.start_s[job] = self.now
         self.hold_since[job] = self.now
@@ -410,6 +424,7 @@ class LiveCluster:
         target = self.targets.pop(job)
         for node, gpus, cpu, mem in target.placement:
             self.state.release(node, gpus, target.share_milli, cpu, mem)
+        self.changes.counts[RELEASED] += 1
         held = self.now - self.hold_since[job]
         self.attained_gpu_s[job] += held * self.held_gpus[job]
         self.executed_s[job] += held
@@ -429,6 +444,7 @@ class LiveCluster:
         self._release(job)
         self.status[job] = STATUS_DONE
         self.end_s[job] = self.now
+        self.changes.counts[LEFT] += 1
         self.store.mark(self.ids[job], "finished")
         changes.finished.append(job)
 
@@ -457,6 +473,7 @@ class LiveCluster:
 
     def decide(self) -> None:
         self.scheduler.decide(self.view, self.actions)
+        self.changes.decided()
 
     def flush(self) -> int:
         """Let go of the jobs the passes started, in one batch; a job the cluster manager refused goes back to the
@@ -667,6 +684,10 @@ class LiveView:
         return self._c.now  # live arrivals are not known in advance: one may come at any time
 
     @property
+    def changes(self) -> ChangeSet:
+        return self._c.changes.since_decision()
+
+    @property
     def power_epoch(self) -> int:
         power = self._c.power
         return power.power_epoch if power is not None else 0
@@ -768,6 +789,7 @@ class LiveActions:
             raise self._invalid(job, "retune of a job that holds nothing")
         old = c.targets[job]
         c.targets[job] = Target(old.placement, old.share_milli, setting)
+        c.changes.counts[SETTINGS] += 1
         self.apply_setting(job, setting)
 
     def apply_setting(self, job: int, setting: GpuSetting) -> None:
@@ -786,12 +808,18 @@ class LiveActions:
             log.warning("cancel of job %s failed: %s", c.ids[job], exc)
             return
         c.status[job] = STATUS_DROPPED
+        c.changes.counts[LEFT] += 1
         c.store.mark(c.ids[job], "rejected")
 
     def defer(self, job: int, deferred: bool = True) -> None:
-        (self._c.deferred.add if deferred else self._c.deferred.discard)(job)
+        c = self._c
+        if (job in c.deferred) != deferred:
+            c.changes.counts[SETTINGS] += 1
+        (c.deferred.add if deferred else c.deferred.discard)(job)
 
     def keep_free(self, gpus: float) -> None:
+        if float(gpus) != self._c.keep_free_gpus:
+            self._c.changes.counts[SETTINGS] += 1
         self._c.keep_free_gpus = float(gpus)
 
     def power_on(self, nodes: Iterable[int]) -> None:

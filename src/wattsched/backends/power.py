@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
-from ..policies.contract import Actions, PowerManager
+from ..policies.contract import SWITCHED_OFF, Actions, PowerManager
 from ..policies.power import BlockedWatch
 from .base import BackendError
 
@@ -86,6 +86,7 @@ class LivePower:
         nodes = [n for n in nodes if c.power_state[n] == ON and c.holders[n] == 0]
         if self._call(c.backend.power_down, nodes):
             c.state.set_available(np.asarray(nodes), False)
+            c.changes.counts[SWITCHED_OFF] += len(nodes)
             for node in nodes:
                 self._set(node, SHUTTING_DOWN)
                 c.idle_since[node] = math.inf

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
-from ..policies.contract import PowerManager
+from ..policies.contract import BOOTED, SWITCHED_OFF, PowerManager
 from ..policies.power import BlockedWatch
 
 if TYPE_CHECKING:
@@ -96,6 +96,10 @@ class NodePower:
         self.counts[new_state] += 1
         self.power_state[node] = new_state
         self.transitions.append((self.sim.now, node, new_state, old_state))
+        if new_state == ON:
+            self.sim.changes.counts[BOOTED] += 1
+        elif new_state == SHUTTING_DOWN:
+            self.sim.changes.counts[SWITCHED_OFF] += 1
 
     def shutdown(self, nodes) -> None:
         sim = self.sim

@@ -25,9 +25,11 @@ from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
 from ..core.states import (
+    BOOTING,
     PHASE_RELEASED,
     PHASE_RESTARTING,
     PHASE_RUNNING,
+    SHUTTING_DOWN,
     STATUS_DONE,
     STATUS_DROPPED,
     STATUS_FUTURE,
@@ -38,7 +40,20 @@ from ..core.states import (
 from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from ..perf.model import PerformanceModel
 from ..policies.base import JobRequest, Placement
-from ..policies.contract import BindContext, InvalidDecision, Scheduler, Target, WakeCallback
+from ..policies.contract import (
+    ARRIVED,
+    LEFT,
+    RELEASED,
+    SETTINGS,
+    TAKEN,
+    BindContext,
+    ChangeCounter,
+    ChangeSet,
+    InvalidDecision,
+    Scheduler,
+    Target,
+    WakeCallback,
+)
 from ..policies.requests import RequestBook
 from .alloc_log import NO_ALLOC, AllocationLog
 from .meter import PowerMeter
@@ -57,6 +72,10 @@ STALL_LIMIT_S = 3650 * 86400.0
 # with periodic wake-ups (forecast) never runs out of timers.
 TAIL_HORIZON_S = 30 * 86400.0
 TAIL_MAX_TIMERS = 200_000
+
+# Decisions in a row that find jobs waiting, nothing running, no node in transition, nothing changed since the last
+# one and no wake-up the policy asked for, and that change nothing themselves: the run can never progress.
+STALL_DECISIONS = 100
 _PENDING_CHUNK = 16
 
 
@@ -190,6 +209,12 @@ class Simulator:
         self._pass_due = False  # a round asked for a decision after this batch's events
         self._last_start = 0.0
         self._next_arrival = math.inf
+        # What changed since the scheduler's last decision (view.changes), and the stall detector's count of
+        # decisions in a row that changed nothing while nothing else could.
+        self.changes = ChangeCounter()
+        self._idle_decisions = 0
+        self._idle_since = 0.0
+        self._total_at_decision = -1
 
     # ----- services for the view, actions and the energy layer ------------------------------------------------
     @property
@@ -241,6 +266,7 @@ class Simulator:
         decide_on_arrival = scheduler.decide_on_arrival
         decide_on_release = scheduler.decide_on_release
         admit = self._admit
+        counts = self.changes.counts
 
         ai = 0
         # Callbacks (power timers, rounds) do not keep the run alive on their own: it ends with the last
@@ -264,11 +290,7 @@ class Simulator:
                     else:
                         self._restart_done(ref)
             if ai >= n and not self.running and t - self._last_start > STALL_LIMIT_S:
-                raise WattschedError(
-                    f"simulation stalled: {len(self._pending)} jobs wait but nothing has run for "
-                    f"{STALL_LIMIT_S / 86400:.0f} simulated days (a power manager that never boots capacity, or "
-                    f"a policy that never starts them?)"
-                )
+                raise self._stalled(f"nothing has run for {STALL_LIMIT_S / 86400:.0f} simulated days")
             arrived = False
             while ai < n and times_list[ai] <= t:
                 j = order_list[ai]
@@ -277,13 +299,20 @@ class Simulator:
                     status[j] = STATUS_UNSCHEDULABLE
                     continue
                 self._enqueue(j)
+                counts[ARRIVED] += 1
                 arrived = True
                 if self.progress is not None and ai % progress_step == 0:
                     self.progress(ai, n)
             self._next_arrival = times_list[ai] if ai < n else math.inf
             if (arrived and decide_on_arrival) or (self._released and decide_on_release) or self._pass_due:
                 self._released = self._pass_due = False
+                before = self.changes.total()
                 scheduler.decide(self.view, self.actions)
+                self.changes.decided()
+                if self._pending and not self.running:
+                    self._watch_stall(before)
+                else:
+                    self._idle_decisions = 0
             # Power-manager timers, after the decision. Events the decision pushed for this instant (heap order puts
             # them first) stop this loop and run in the next iteration at the same time, timers after them.
             while heap and heap[0][0] <= t and heap[0][1] == KIND_POWER_TIMER:
@@ -358,6 +387,45 @@ class Simulator:
         self.now = end
         return tail, drained_to, settled
 
+    def _watch_stall(self, before: int) -> None:
+        """Count a decision that found jobs waiting and nothing running; raise once `STALL_DECISIONS` in a row
+        changed nothing while nothing else could (no node in transition, no wake-up the policy asked for)."""
+        total = self.changes.total()
+        power = self.power
+        idle = (
+            total == before == self._total_at_decision
+            and (power is None or not (power.counts[BOOTING] or power.counts[SHUTTING_DOWN]))
+            and self.scheduler.waiting_until() <= self.now
+        )
+        self._total_at_decision = total
+        if not idle:
+            self._idle_decisions = 0
+            return
+        if self._idle_decisions == 0:
+            self._idle_since = self.now
+        self._idle_decisions += 1
+        if self._idle_decisions >= STALL_DECISIONS:
+            raise self._stalled(
+                f"{self._idle_decisions} decisions in a row (t = {self._idle_since:.0f} s to {self.now:.0f} s) "
+                "changed nothing while nothing runs, no node is booting and nothing else changed"
+            )
+
+    def _stalled(self, why: str) -> WattschedError:
+        """The stall error: which policy, which jobs wait, what capacity is on."""
+        waiting = [str(self.jobs.job_id[j]) for j in islice(self.pending(), 5)]
+        more = len(self._pending) - len(waiting)
+        who = f"policy '{self.scheduler.name}'"
+        if self.power is not None:
+            who += f" with power manager '{self.power.manager.name}'"
+        on = int(self.state.available.sum())
+        free = self.view.free_gpus_total()
+        return WattschedError(
+            f"simulation stalled: {who}: {len(self._pending)} job(s) wait ({', '.join(waiting)}"
+            f"{f', and {more} more' if more > 0 else ''}) with {free} free GPU(s) on {on} of "
+            f"{self.spec.num_nodes} node(s) on; {why} (a policy that keeps an out-of-date decision or never "
+            "starts them, or a power manager that never boots capacity?)"
+        )
+
     # ----- job lifecycle ------------------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, ref: int, payload: object) -> None:
         self._seq += 1
@@ -379,9 +447,11 @@ class Simulator:
         if deferred and job not in self._deferred:
             self._pending.remove((self._priority[job], job))
             self._deferred.add(job)
+            self.changes.counts[SETTINGS] += 1
         elif not deferred and job in self._deferred:
             self._deferred.remove(job)
             self._pending.add((self._priority[job], job))
+            self.changes.counts[SETTINGS] += 1
 
     def _settle(self, job: int) -> None:
         """Bring a holding job's progress (and its last checkpoint) up to now."""
@@ -629,6 +699,7 @@ class Simulator:
         self._last_start = now
         self.running[job] = None
         self.running_changes += 1
+        self.changes.counts[TAKEN] += 1
         if target.share_milli < MILLI:
             self.load[job] = self._load_now(job)
         if first or ngpu == 0:
@@ -673,6 +744,9 @@ class Simulator:
         self.preemptions[job] += 1
         del self.running[job]
         self.running_changes += 1
+        counts = self.changes.counts
+        counts[RELEASED] += 1
+        counts[ARRIVED] += 1
         self._enqueue(job)
         self._log(job, lost)
         self._released = True
@@ -730,6 +804,8 @@ class Simulator:
                 self.power.job_started(job, [node for node, *_ in target.placement])
             touched |= self._sharers_of(target.placement)
         self._released = True
+        self.changes.counts[RELEASED] += len(targets)
+        self.changes.counts[TAKEN] += len(targets)
         # Every running job on the touched GPUs, movers that kept running in place included: one of them may
         # have been re-rated before a later mover joined its GPUs (restarting movers are rated when they end).
         self._neighbours_changed(touched)
@@ -741,6 +817,7 @@ class Simulator:
         if self.held_gpus[job]:
             self._check_setting(job, placement, setting)
         self.setting_id[job] = self.log.setting_id(setting)
+        self.changes.counts[SETTINGS] += 1
         self.load[job] = self._load_now(job)
         if self.phase[job] == PHASE_RUNNING:
             self._settle(job)
@@ -753,6 +830,7 @@ class Simulator:
             raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "reject of a job that is not pending")
         self._dequeue(job)
         self.status[job] = STATUS_DROPPED
+        self.changes.counts[LEFT] += 1
 
     def _finish(self, job: int) -> None:
         now = self.now
@@ -769,6 +847,9 @@ class Simulator:
         del self.running[job]
         self.running_changes += 1
         self._released = True
+        counts = self.changes.counts
+        counts[LEFT] += 1
+        counts[RELEASED] += 1
         self.log.append(now, job, NO_ALLOC, 0.0, 0.0, PHASE_RELEASED, int(self.setting_id[job]), 0.0)
         self._after_release(job, held)
 
@@ -844,6 +925,8 @@ class SimActions:
     def keep_free(self, gpus: float) -> None:
         if not gpus >= 0:
             raise InvalidDecision(self.by, None, f"keep_free_gpus must be >= 0, got {gpus}")
+        if float(gpus) != self.sim.keep_free_gpus:
+            self.sim.changes.counts[SETTINGS] += 1
         self.sim.keep_free_gpus = float(gpus)
 
     def power_on(self, nodes: Iterable[int]) -> None:
@@ -1051,3 +1134,7 @@ class SimView:
 
     def next_arrival_s(self) -> float:
         return self._sim._next_arrival
+
+    @property
+    def changes(self) -> ChangeSet:
+        return self._sim.changes.since_decision()

@@ -160,6 +160,7 @@ class RoundScheduler(Scheduler):
         self.rounds = 0
         self.decisions = 0
         self._origin = 0.0
+        self._wake = -math.inf  # the last wake-up the policy asked for (Decision.wake_at)
 
     def bind(self, ctx: BindContext) -> None:
         self.policy.bind(replace(ctx, params={**ctx.params, **self.params}))
@@ -193,7 +194,11 @@ class RoundScheduler(Scheduler):
             decision = self._with_rule_settings(decision)
         apply_decision(view, actions, decision, self.policy.name)
         if decision.wake_at is not None:
-            actions.wake_at(float(decision.wake_at), lambda v, a: a.decide_after_events())
+            self._wake = float(decision.wake_at)
+            actions.wake_at(self._wake, lambda v, a: a.decide_after_events())
+
+    def waiting_until(self) -> float:
+        return self._wake
 
     def _with_rule_settings(self, decision: Decision) -> Decision:
         """The run's static or energy-optimal setting for every job the policy leaves at the default one."""

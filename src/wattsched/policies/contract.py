@@ -17,6 +17,7 @@ Three kinds of policy plug into this contract:
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,72 @@ class Decision:
     keep_free_gpus: float | None = (
         None  # free GPUs power managers keep powered for work to come; None: unchanged
     )
+
+
+# What a backend counts between decisions (indices into ``ChangeCounter.counts``).
+ARRIVED, LEFT, RELEASED, TAKEN, BOOTED, SWITCHED_OFF, SETTINGS = range(7)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSet:
+    """What changed in the cluster since the scheduler's last decision returned, i.e. since the state that
+    decision left (its own actions are not counted). Each field counts events; ``view.changes`` gives it.
+
+    A policy that keeps an answer from one decision to the next (a memo) must drop it when ``any`` is true (or
+    when the kinds of change its answer depends on happened); ``first`` is true before the first decision.
+    Time passing is not a change: a policy whose answer depends on the clock (prices, deadlines, attained
+    service) keeps its own clock.
+    """
+
+    arrived: int = 0  # jobs that joined the waiting queue (arrivals, and jobs put back by a stop)
+    left: int = 0  # jobs that left for good (completed, rejected)
+    released: int = 0  # jobs that gave capacity back (completion, stop, move)
+    taken: int = 0  # jobs that took capacity (starts and moves made outside a decision)
+    booted: int = 0  # nodes that came on: capacity appeared
+    switched_off: int = 0  # nodes that began switching off: capacity left
+    settings: int = 0  # anything else a decision may read: deferrals, headroom, GPU settings
+    first: bool = True  # no decision yet
+
+    @property
+    def any(self) -> bool:
+        return self.first or bool(
+            self.arrived
+            or self.left
+            or self.released
+            or self.taken
+            or self.booted
+            or self.switched_off
+            or self.settings
+        )
+
+    @property
+    def capacity(self) -> bool:
+        """Whether the capacity free to the waiting jobs may differ from what the last decision saw."""
+        return self.first or bool(self.released or self.taken or self.booted or self.switched_off)
+
+
+class ChangeCounter:
+    """A backend's tally behind ``view.changes``: bump ``counts[KIND]`` where the change happens (one list
+    increment: cheap enough for every event) and call ``decided()`` once a decision has been applied."""
+
+    __slots__ = ("_mark", "counts")
+
+    def __init__(self) -> None:
+        self.counts = [0] * 7
+        self._mark: list[int] | None = None
+
+    def since_decision(self) -> ChangeSet:
+        mark = self._mark
+        if mark is None:
+            return ChangeSet(*self.counts, first=True)
+        c = self.counts
+        return ChangeSet(*(c[i] - mark[i] for i in range(7)), first=False)
+
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def decided(self) -> None:
+        self._mark = list(self.counts)
 
 
 class ClusterView(Protocol):
@@ -175,6 +242,10 @@ class ClusterView(Protocol):
     def next_arrival_s(self) -> float:
         """Submission time of the next job not yet arrived (inf when none)."""
 
+    @property
+    def changes(self) -> ChangeSet:
+        """What changed since the scheduler's last decision (jobs, capacity, settings); see :class:`ChangeSet`."""
+
 
 WakeCallback = Callable[["ClusterView", "Actions"], None]
 
@@ -247,6 +318,11 @@ class Scheduler(ABC):
 
     def on_start(self, view: ClusterView, actions: Actions) -> None:
         """Called once before the first event."""
+
+    def waiting_until(self) -> float:
+        """Until when the scheduler waits on purpose for a time it asked to be woken at (a planned start): the
+        stall detector and the tests leave waiting jobs alone until then. -inf when it waits for nothing."""
+        return -math.inf
 
     @abstractmethod
     def decide(self, view: ClusterView, actions: Actions) -> None: ...

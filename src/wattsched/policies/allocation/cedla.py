@@ -107,7 +107,7 @@ class CeDla(AllocationPolicy):
         self._by_submit = np.argsort(jobs.submit_s, kind="stable")
         self._submit_sorted = jobs.submit_s[self._by_submit]
         self._arrived = 0  # arrivals looked at, in submission order
-        self._failed_at: tuple | None = None  # capacity when the last attempt started nothing
+        self._failed = False  # the last attempt started nothing (it stands until capacity changes)
         self._gpu_h_per_work = np.full(len(jobs), np.nan)
 
     def parameters(self) -> dict[str, Any]:
@@ -189,8 +189,8 @@ class CeDla(AllocationPolicy):
                     self._note_urgent(j)
         status = view.status
         self._to_start = {j for j in self._to_start if status[j] == STATUS_PENDING}
-        # Nothing changed since every start failed: only the jobs that arrived now can start.
-        unchanged = self._capacity_key(view, running) == self._failed_at
+        # No capacity changed since every start failed: only the jobs that arrived now can start.
+        unchanged = self._failed and not view.changes.capacity
         if (not self._to_start or unchanged) and not wait and not fresh:
             return Decision(keep=running)
         self._held.update(wait)
@@ -202,11 +202,6 @@ class CeDla(AllocationPolicy):
         new = self._by_submit[self._arrived : end]
         self._arrived = end
         return new[(view.status[new] == STATUS_PENDING) & ~self._seen[new]]
-
-    @staticmethod
-    def _capacity_key(view: ClusterView, running: np.ndarray) -> tuple[int, int, int]:
-        """Changes whenever GPUs free up, nodes change power state or jobs start or stop."""
-        return view.free_gpus_total(), view.power_epoch, len(running)
 
     def _note_urgent(self, job: int) -> None:
         if self.jobs.job_class[job] == TRAINING:
@@ -273,7 +268,7 @@ class CeDla(AllocationPolicy):
         urgent = self._cannot_wait_for_boot(view, [j for j in unplaced if j not in self._planned_now])
         if urgent:
             self._make_room(view, plan, urgent, running, set(stop))
-        self._failed_at = None if plan.assign or plan.released else self._capacity_key(view, running)
+        self._failed = not (plan.assign or plan.released)
         return plan.decision(running, save_on_stop=True, defer=defer, undefer=undefer)
 
     @staticmethod

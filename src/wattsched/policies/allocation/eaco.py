@@ -111,7 +111,7 @@ class EaCO(AllocationPolicy):
         )  # as the sharing model sees it
         self.power_load = np.asarray(self.perf.job_load, dtype=float)  # what a job alone draws (the engine's)
         self.memory = np.array([self.perf.memory_gib(j) for j in range(n)])
-        self._last_signature: tuple | None = None
+        self._settled = False  # the last decision changed nothing: it stands until the cluster changes
         self._shape = np.full(n, -1, dtype=np.int64)
         self._shape_ids: dict[tuple, int] = {}
         # History store: (model, GPU count, co-runner models) -> [sum, count] of observed speeds relative to
@@ -190,10 +190,10 @@ class EaCO(AllocationPolicy):
         pending = view.pending_jobs()
         if running.size == 0 and pending.size == 0:
             return Decision()
-        # Nothing arrived, finished or came due since the last decision, which placed no one: nothing changes.
-        signature = (running.tobytes(), pending.tobytes())
+        # The last decision placed no one, and since then no job arrived or left, no capacity appeared or went
+        # (a node that booted counts), no setting changed and no observation came due: nothing changes.
         due = any(view.now + 1e-6 >= t for t, _, _ in self.watch.values())
-        if signature == self._last_signature and not due:
+        if self._settled and not due and not view.changes.any:
             return Decision(keep=running, wake_at=self._next_watch(view))
         plan = Plan(view)
         # GPU sets in use: set -> jobs on it (running now, then as planned this decision).
@@ -233,7 +233,7 @@ class EaCO(AllocationPolicy):
                 alive &= shapes != shapes[i]
             i += 1
         decision = plan.decision(running, wake_at=self._next_watch(view))
-        self._last_signature = None if decision.assign or plan.released else signature
+        self._settled = not (decision.assign or plan.released)
         return decision
 
     def _shapes(self, view: ClusterView, jobs: np.ndarray) -> np.ndarray:

@@ -143,7 +143,7 @@ class HkbuOnlinePd(AllocationPolicy):
         self._due: list[tuple[float, int]] = []  # (planned start, job)
         self._ready: list[int] = []  # due and not yet placed, in planned order
         self._planned: dict[int, tuple[int, GpuSetting, float]] = {}  # job -> (type index, setting, start)
-        self._failed_at: tuple | None = None
+        self._failed = False  # jobs due were left unplaced: retried once capacity changes (or more come due)
         self._wake_asked = -math.inf
 
     def parameters(self) -> dict[str, Any]:
@@ -253,11 +253,9 @@ class HkbuOnlinePd(AllocationPolicy):
             self._ready.append(heapq.heappop(self._due)[1])
             fresh = True
         assign: dict[int, Target] = {}
-        if self._ready:
-            key = (view.free_gpus_total(), view.power_epoch, len(running))
-            if fresh or key != self._failed_at:
-                assign = self._place_ready(view)
-                self._failed_at = key if self._ready else None
+        if self._ready and (fresh or not self._failed or view.changes.capacity):
+            assign = self._place_ready(view)
+            self._failed = bool(self._ready)
         wake = None
         if self._due and self._due[0][0] != self._wake_asked:
             wake = self._wake_asked = self._due[0][0]

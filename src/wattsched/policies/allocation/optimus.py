@@ -58,7 +58,8 @@ class OptimusGreedy(AllocationPolicy):
             "gain": "(t(n) - t(n+1)) x remaining iterations, one GPU at a time",
             "max_gpus": "largest GPU count the job's throughput table measures (stands in for Pollux's "
             "target batch / minimum local batch)",
-            "placement": "unchanged jobs stay; others smallest first, one node else whole nodes under one switch",
+            "placement": "unchanged jobs stay; others smallest first, one node else whole nodes under one switch; "
+            "a start whose share fits nowhere takes the most GPUs that fit",
         }
 
     def _step_times(self, job: int) -> np.ndarray:
@@ -130,6 +131,14 @@ class OptimusGreedy(AllocationPolicy):
                     changed.append(j)
         starts = [j for j, n in gpus.items() if n > 0 and view.status[j] != STATUS_RUNNING]
         for j in sorted(changed + starts, key=lambda k: (gpus[k], k)):
-            if plan.place(j, self.placement, num_gpu=gpus[j]) is None and j in changed:
+            if plan.place(j, self.placement, num_gpu=gpus[j]) is not None:
+                continue
+            if j in changed:
                 plan.restore(j)  # keep its old size rather than stopping it
+                continue
+            # A start whose share fits on no free GPUs now (the shares assume one pool; placement consolidates)
+            # takes the most GPUs that fit rather than wait beside idle ones; a later round resizes it.
+            for n in range(gpus[j] - 1, 0, -1):
+                if plan.place(j, self.placement, num_gpu=n) is not None:
+                    break
         return plan.decision(running)

@@ -149,11 +149,12 @@ class PowerFlow(AllocationPolicy):
         pending = waiting[self.jobs.num_gpu[waiting] > 0]
         if running.size == 0 and waiting.size == 0:
             return Decision()
-        # A round with the same jobs running and waiting as at the last decision, and a pace within 1 % of that
-        # decision's, and no node power change, has nothing new to decide: no GPU was freed since.
-        signature = (running.tobytes(), waiting.tobytes(), view.power_epoch)
+        # A round with the same jobs running and waiting as at the last decision, a pace within 1 % of that
+        # decision's, and nothing changed in the cluster since (no GPU freed, no node booted or switched off, no
+        # setting changed) has nothing new to decide.
+        signature = (running.tobytes(), waiting.tobytes())
         pace = self._pace(view)
-        if signature == self._last_signature and _close(pace, self._last_pace):
+        if signature == self._last_signature and _close(pace, self._last_pace) and not view.changes.any:
             return Decision(keep=running)
         self._last_signature, self._last_pace = signature, pace
         capacity = int(view.spec.gpu_count[view.state.available].sum())
