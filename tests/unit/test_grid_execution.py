@@ -27,7 +27,7 @@ CELLS = len(POLICIES) * 2  # two seeds each
 RESULT_FILES = ("curves.csv", "grid.csv")
 POWERFLOW = ["powerflow", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--gpu-type", "T4"]
 POWERFLOW += ["--seeds", "1", "--baselines", "fifo", "--budget-points", "2", "--caps", "1.0,0.7"]
-POWERFLOW += ["--data-dir", str(PERFDATA), "--quiet"]
+POWERFLOW += ["--data-dir", str(PERFDATA), "--power-manager", "always-on", "--quiet"]
 
 
 @pytest.fixture(scope="module")
