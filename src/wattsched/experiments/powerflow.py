@@ -503,6 +503,9 @@ HEADLINE_COLUMNS = (
     "budget_error_pct",
     "mean_jct_s_baseline",
     "mean_jct_s_powerflow",
+    "window_kwh_baseline",
+    "window_kwh_powerflow",
+    "window_energy_change_pct",
 )
 
 
@@ -603,16 +606,21 @@ def render_power_managers(per: Mapping[str, ExperimentResult], headline: pd.Data
         f"JCT ratio = baseline mean JCT / {LABEL} mean JCT at the baseline's energy (> 1: PowerFlow faster; "
         f"target {TARGET_RATIO}x, paper {PAPER_RATIO[0]}-{PAPER_RATIO[1]}x at most).",
         "",
+        "E_b and E PowerFlow: each run's own window (the budget is stated on it); energy change: PowerFlow against "
+        "its baseline over their common window, from the first submission to the latest end of the seed's runs "
+        "(docs/energy.md, Accounting window).",
+        "",
         "| power manager | baseline | JCT ratio | p95 ratio | makespan ratio | E_b (kWh) | E PowerFlow (kWh) "
-        "| budget error | target |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| budget error | energy change, common window | target |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in headline.itertuples(index=False):
         met = "met" if r.jct_ratio >= TARGET_RATIO else "**missed**"
         lines.append(
             f"| {r.power_manager} | {r.baseline} | **{r.jct_ratio:.2f}** ± {r.jct_ratio_std:.2f} "
             f"| {r.p95_jct_ratio:.2f} | {r.makespan_ratio:.2f} | {r.energy_kwh_baseline:.3f} "
-            f"| {r.energy_kwh_powerflow:.3f} | {r.budget_error_pct:+.1f} % | {met} |"
+            f"| {r.energy_kwh_powerflow:.3f} | {r.budget_error_pct:+.1f} % | {r.window_energy_change_pct:+.1f} % "
+            f"| {met} |"
         )
     walls = ", ".join(f"{pm}: {res.summary['wall_s']:.1f} s" for pm, res in per.items())
     lines += ["", f"Wall time: {wall_s:.1f} s for {len(per)} grid(s) ({walls}).", ""]
