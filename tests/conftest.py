@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -194,3 +195,27 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             "live Slurm tests (tests/live, real local Slurm): "
             f"{outcomes['passed']} passed, {outcomes['failed']} failed, {outcomes['skipped']} skipped"
         )
+
+
+# EaCO's four models as Gavel names them, and a Gavel-format throughput file of them on V100 (toy steps/s, no
+# measured pairs: pair speeds come from the run's sharing model), for the EaCO and Gavel-FIFO tests.
+EACO_GAVEL_MODELS = {
+    "alexnet": "AlexNet",
+    "resnet18": "ResNet-18",
+    "resnet50": "ResNet-50",
+    "vgg16": "VGG-16",
+}
+
+
+@pytest.fixture(scope="module")
+def gavel_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    body: dict = {"v100": {}, "v100_unconsolidated": {}}
+    for name in EACO_GAVEL_MODELS.values():
+        for n, rate in ((1, 10.0), (2, 19.0), (4, 36.0), (8, 68.0)):
+            for worker in body:
+                body[worker][f"('{name} (batch size 64)', {n})"] = {"null": rate}
+    path = root / "gavel-traces" / "simulation_throughputs.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(body))
+    return root

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import EACO_GAVEL_MODELS as MODELS
 from tests.conftest import make_cluster
 from wattsched.cli.main import app
 from wattsched.core.gpus import gpu_model
@@ -33,8 +34,6 @@ from wattsched.perf.model import PerformanceModel
 from wattsched.perf.restart import RestartModel
 from wattsched.policies.adapters import RoundScheduler
 from wattsched.policies.allocation.eaco import EaCO
-
-MODELS = {"alexnet": "AlexNet", "resnet18": "ResNet-18", "resnet50": "ResNet-50", "vgg16": "VGG-16"}
 
 
 # --- the fitted sharing model ---------------------------------------------------------------------------------
@@ -101,19 +100,6 @@ def test_perf_colocate_cli_prints_tables_and_json():
 
 
 # --- the policy -----------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def gavel_dir(tmp_path_factory):
-    """A Gavel-format throughput file with the four EaCO models on V100."""
-    root = tmp_path_factory.mktemp("data")
-    body: dict = {"v100": {}, "v100_unconsolidated": {}}
-    for name in MODELS.values():
-        for n, rate in ((1, 10.0), (2, 19.0), (4, 36.0), (8, 68.0)):
-            for worker in body:
-                body[worker][f"('{name} (batch size 64)', {n})"] = {"null": rate}
-    path = root / "gavel-traces" / "simulation_throughputs.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(body))
-    return root
 
 
 def _jobs(models, submit, gpus, duration=7200.0, deadline=None):

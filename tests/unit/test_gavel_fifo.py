@@ -4,8 +4,6 @@ in FIFO order, re-formed when a partner completes."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -17,24 +15,6 @@ from wattsched.perf.restart import RestartModel
 from wattsched.policies.adapters import RoundScheduler
 from wattsched.policies.allocation.gavel_fifo import GavelFifo, GavelFifoPacked
 from wattsched.policies.contract import ALLOCATION_POLICIES
-
-MODELS = {"alexnet": "AlexNet", "resnet18": "ResNet-18", "resnet50": "ResNet-50", "vgg16": "VGG-16"}
-
-
-@pytest.fixture(scope="module")
-def gavel_dir(tmp_path_factory):
-    """A Gavel-format throughput file with EaCO's four models on V100 (toy steps/s), no measured pairs: pair
-    speeds come from the run's sharing model."""
-    root = tmp_path_factory.mktemp("data")
-    body: dict = {"v100": {}, "v100_unconsolidated": {}}
-    for name in MODELS.values():
-        for n, rate in ((1, 10.0), (2, 19.0), (4, 36.0), (8, 68.0)):
-            for worker in body:
-                body[worker][f"('{name} (batch size 64)', {n})"] = {"null": rate}
-    path = root / "gavel-traces" / "simulation_throughputs.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(body))
-    return root
 
 
 def _jobs(models, submit, gpus, duration):
