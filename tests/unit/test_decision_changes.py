@@ -258,3 +258,48 @@ def test_live_eaco_under_idle_timeout_starts_a_job_once_the_node_booted_for_it_i
     assert started.state in ("RUNNING", "COMPLETED")
     assert started.start_time >= started.submit_time + fake.resume_s
     assert not c.view.changes.any  # the decision that started it is the last one: nothing new since
+
+
+def test_live_mirror_counts_a_cancelled_waiting_job_and_a_job_held_again():
+    """Queue changes the cluster manager makes outside wattsched reach the policy as the simulator's would: a
+    waiting job cancelled leaves, a job that was the cluster manager's to place and is held again arrives."""
+    from dataclasses import replace
+
+    from wattsched.backends.base import JOB_FINISHED, JOB_STARTING, JOB_WAITING
+    from wattsched.backends.driver import LiveDriver
+    from wattsched.backends.slurm.backend import SlurmBackend
+    from wattsched.backends.slurm.fake import FakeSlurm
+    from wattsched.backends.store import JobStore
+    from wattsched.core.states import STATUS_DROPPED, STATUS_FUTURE, STATUS_PENDING
+    from wattsched.experiments.config import SimulationConfig
+    from wattsched.experiments.run import build_scheduler
+
+    fake = FakeSlurm.uniform(1, gpus=4)
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    driver = LiveDriver(
+        backend, build_scheduler(SimulationConfig(allocation="eaco", round_s=5), None), JobStore(":memory:")
+    )
+
+    def run(seconds: int) -> None:
+        for _ in range(seconds):
+            fake.advance(fake.now + 1.0)
+            driver.step()
+
+    fake.submit(4, duration_s=100, time_limit_min=5)  # fills the node
+    run(3)
+    waiting = fake.submit(4, duration_s=10, time_limit_min=5)
+    run(3)
+    c = driver.cluster
+    job = c.index[str(waiting)]
+    assert c.status[job] == STATUS_PENDING and not c.view.changes.any
+    c._update_job(job, replace(c.obs[job], state=JOB_FINISHED), None)
+    assert c.status[job] == STATUS_DROPPED and c.view.changes.left == 1
+
+    submitted = fake.submit(1, duration_s=10, time_limit_min=5)
+    run(2)
+    other = c.index[str(submitted)]
+    c._update_job(other, replace(c.obs[other], state=JOB_STARTING, nodes=()), None)
+    assert c.status[other] == STATUS_FUTURE
+    c.changes.decided()
+    c._update_job(other, replace(c.obs[other], state=JOB_WAITING, held=True), None)
+    assert c.status[other] == STATUS_PENDING and c.view.changes.arrived == 1

@@ -185,3 +185,33 @@ def test_with_a_server_off_the_head_waits_for_its_boot_instead_of_packing(gavel_
     assert jobs.loc["b", "start_s"] > 5000.0  # after the boot
     assert jobs.loc["b", "end_s"] - jobs.loc["b", "start_s"] == pytest.approx(3600.0, rel=1e-3)  # alone
     assert run.summary["node_boots"] >= 1
+
+
+@pytest.mark.parametrize("gpus", [8, 16])
+def test_a_job_of_one_or_several_servers_waits_for_off_servers_instead_of_packing(gavel_dir, gpus):
+    """A 16-GPU job (a gang over two servers) counts the servers that are off like an 8-GPU job does: it waits for
+    their boot and runs on GPUs of its own, never on the running job's."""
+    from wattsched.engine.power import NodePower, PowerStateConfig
+    from wattsched.perf.colocation import sharing_model
+    from wattsched.policies.power import IdleTimeout
+
+    jobs = _jobs(["resnet50", "resnet50"], [0.0, 5000.0], [gpus, gpus], [20_000.0, 3600.0])
+    spec = make_cluster([(8, "V100", 64_000, 786_432)] * 4)
+    perf, jobs = PerformanceModel.build(
+        jobs, spec, RestartModel(), str(gavel_dir), sharing=sharing_model("eaco")
+    )
+    policy = GavelFifoPacked()
+    sim = Simulator(
+        jobs,
+        spec,
+        RoundScheduler(policy, policy.default_round_s),
+        np.random.default_rng(0),
+        perf=perf,
+        power=NodePower(IdleTimeout(600), PowerStateConfig(idle_timeout_s=600)),
+    )
+    out = sim.run()
+    assert policy.pairs_formed == 0
+    assert out.start_s[1] > 5000.0  # after a boot
+    held = {n for n, *_ in out.placements[0]}
+    assert held.isdisjoint(n for n, *_ in out.placements[1])
+    assert sim.power.boots >= 1

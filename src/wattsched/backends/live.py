@@ -346,6 +346,8 @@ class LiveCluster:
             if status in (STATUS_PENDING, STATUS_RUNNING) and job not in self.targets:
                 self.status[job] = STATUS_DONE if status == STATUS_RUNNING else STATUS_DROPPED
                 self.end_s[job] = self.now
+                if status == STATUS_PENDING:  # a waiting job cancelled outside wattsched left the queue
+                    self.changes.counts[LEFT] += 1
             elif job in self.targets:
                 self._finish(job, changes)
             return
@@ -363,6 +365,7 @@ class LiveCluster:
             return
         if self.status[job] == STATUS_FUTURE:  # held now: ours to place
             self.status[job] = STATUS_PENDING
+            self.changes.counts[ARRIVED] += 1
         if job in self.targets and self.phase[job] == PHASE_RUNNING:
             # requeued by the cluster manager (node failure, preemption outside wattsched): back to the queue
             self._release(job)
@@ -504,6 +507,7 @@ class LiveCluster:
                 )
                 self._release(e.job)
                 self.status[e.job] = STATUS_PENDING
+                self.changes.counts[ARRIVED] += 1  # back in the queue, as the simulator counts a stop
                 self.start_s[e.job] = np.nan
                 self.store.mark(job_id, "waiting")
                 continue

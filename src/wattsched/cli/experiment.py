@@ -358,7 +358,8 @@ def cedla(
         for p, r in e["policies"].items():
             console.print(
                 f"  {reg:12s} {p:24s} ${r['cost_usd']:>10,.0f} ({-r['cost_saving_pct']:+.1f} %)  "
-                f"{r['energy_kwh']:>10,.0f} kWh  misses {r['deadline_misses']}  late service-hours {r['slo_violation_hours']}"
+                f"{r['energy_kwh']:>10,.0f} kWh  misses {r['deadline_misses']}  "
+                f"late service-hours {r['slo_violation_hours']}"
             )
     console.print("  cost, energy and carbon over the common window of each region's runs (docs/energy.md)")
     console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")

@@ -77,11 +77,25 @@ class FewestServers(PlacementPolicy):
         found = self.place(state, req)
         if found is not None:
             return found, False
-        if req.num_gpu > 0 and bool(((waking >= req.num_gpu) & req.node_mask).any()):
+        if req.num_gpu > 0 and _waits_for_boot(state, req, waking):
             return None, True
         if not self.spread or req.gang or req.num_gpu <= 1 or req.gpu_milli < MILLI:
             return None, False
         return self.place_gang(state, replace(req, gang=True)), False
+
+
+def _waits_for_boot(state: ClusterState, req: JobRequest, waking: np.ndarray) -> bool:
+    """Whether servers that are off or booting would let the job start once on: one of them takes it whole, or, for
+    a job larger than any server (a gang over several), their GPUs with the powered servers' free ones reach its
+    size. Gavel's servers are never off, so such a job would have GPUs of its own there: it neither spreads nor
+    packs while it waits."""
+    eligible = waking[req.node_mask]
+    if bool((eligible >= req.num_gpu).any()):
+        return True
+    if not req.gang or not eligible.any():
+        return False
+    powered_free = state.free_gpus[req.node_mask & (waking == 0)]
+    return int(eligible.sum() + powered_free.sum()) >= req.num_gpu
 
 
 class _GavelFifo(AllocationPolicy):
