@@ -357,7 +357,7 @@ def cedla(
     for reg, e in result.summary["per"].items():
         for p, r in e["policies"].items():
             console.print(
-                f"  {reg:12s} {p:24s} ${r['cost_usd']:>10,.0f} ({-r['cost_saving_pct']:+.1f} %)  "
+                f"  {reg:12s} {p:24s} ${r['cost_usd']:>10,.0f} ({-r['cost_saving_pct'] + 0.0:+.1f} %)  "
                 f"{r['energy_kwh']:>10,.0f} kWh  misses {r['deadline_misses']}  "
                 f"late service-hours {r['slo_violation_hours']}"
             )
