@@ -120,7 +120,7 @@ def _run(jobs, nodes, data_dir, noise=0.0, seed=0, policy=None):
     spec = make_cluster([(8, "V100", 64_000, 786_432)] * nodes)
     perf, jobs = PerformanceModel.build(
         jobs, spec, RestartModel(), data_dir, sharing=sharing_model("eaco"), sharing_noise=noise,
-        noise_seed=seed,
+        noise_seed=seed, loads=sharing_model("eaco"),  # EaCO's testbed: its measured loads (gpu_loads)
     )  # fmt: skip
     policy = policy or EaCO()
     sim = Simulator(

@@ -33,7 +33,12 @@ def _run(jobs, nodes, data_dir, policy, sharing="eaco"):
     from wattsched.perf.colocation import sharing_model
 
     spec = make_cluster([(8, "V100", 64_000, 786_432)] * nodes)
-    perf, jobs = PerformanceModel.build(jobs, spec, RestartModel(), data_dir, sharing=sharing_model(sharing))
+    perf, jobs = PerformanceModel.build(
+        jobs, spec, RestartModel(), data_dir, sharing=sharing_model(sharing),
+        loads=sharing_model("eaco") if sharing == "eaco" else None,
+    )  # fmt: skip
+    # with eaco: EaCO's testbed as the EaCO experiment runs it (its measured loads, gpu_loads: eaco-measured);
+    # with slicing: the catalog's heavy loads
     sim = Simulator(
         jobs, spec, RoundScheduler(policy, policy.default_round_s), np.random.default_rng(0), perf=perf,
         check_invariants=True,
@@ -198,7 +203,7 @@ def test_a_job_of_one_or_several_servers_waits_for_off_servers_instead_of_packin
     jobs = _jobs(["resnet50", "resnet50"], [0.0, 5000.0], [gpus, gpus], [20_000.0, 3600.0])
     spec = make_cluster([(8, "V100", 64_000, 786_432)] * 4)
     perf, jobs = PerformanceModel.build(
-        jobs, spec, RestartModel(), str(gavel_dir), sharing=sharing_model("eaco")
+        jobs, spec, RestartModel(), str(gavel_dir), sharing=sharing_model("eaco"), loads=sharing_model("eaco")
     )
     policy = GavelFifoPacked()
     sim = Simulator(

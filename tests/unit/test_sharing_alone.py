@@ -91,3 +91,33 @@ def test_a_run_without_co_location_is_identical_under_slicing_and_eaco():
     assert eaco.summary["energy_kwh"] == slicing.summary["energy_kwh"]
     assert eaco.summary["energy_by_component_kwh"] == slicing.summary["energy_by_component_kwh"]
     assert np.isfinite(slicing.summary["energy_kwh"]) and slicing.summary["energy_kwh"] > 0
+
+
+def test_eaco_measured_loads_are_a_job_model_setting_and_match_the_fit_on_shared_gpus():
+    """`gpu_loads: eaco-measured` gives every run EaCO's Table 1 loads (alone too, under any sharing model); with
+    them a co-located pair slows down and draws exactly as the calibrated model (checked against Table 3 in
+    test_eaco.py) says: the engine's loads and the fit's loads are the same numbers."""
+    jobs = JobTable.build(
+        job_id=["a", "b"], submit_s=[0.0, 0.0], duration_s=[3600.0] * 2, num_gpu=[1, 1],
+        model_name=["alexnet", "resnet50"],
+    )  # fmt: skip
+    spec = make_cluster([(8, "V100", 64_000, 786_432)])
+    fit = sharing_model("eaco")
+    built = {
+        (name, loads): PerformanceModel.build(
+            jobs, spec, RestartModel(), None, sharing=sharing_model(name), generated=True,
+            loads=fit if loads else None,
+        )[0]
+        for name in SHARING_MODELS
+        for loads in (False, True)
+    }  # fmt: skip
+    measured = [fit.loads["alexnet"], fit.loads["resnet50"]]
+    for (name, loads), perf in built.items():
+        expected = measured if loads else [built[("slicing", False)].job_load[j] for j in (0, 1)]
+        assert list(perf.job_load) == pytest.approx(expected), (name, loads)  # alone: the job model's loads
+    perf = built[("eaco", True)]
+    total = perf.shared_load(0, 0, DEFAULT_SETTING, [[1]]) + perf.shared_load(1, 0, DEFAULT_SETTING, [[0]])
+    assert total == pytest.approx(fit.gpu_load(measured))
+    assert perf.shared_factor(0, 0, [[1]]) == pytest.approx(fit.speed(measured[0], [measured[1]]))
+    assert perf.describe()["gpu_loads"] == "eaco-measured"
+    assert built[("eaco", False)].describe()["gpu_loads"] == "catalog"

@@ -68,6 +68,12 @@ class SimulationConfig(BaseModel):
         description="job speed: measured throughput tables or trace durations (auto: tables for allocation "
         "policies, trace durations for queue + placement); generated: analytic tables, no dataset (demo)",
     )
+    gpu_loads: Literal["catalog", "eaco-measured"] = Field(
+        "catalog",
+        description="a job's GPU load (share of the GPU's dynamic power range): catalog (per-model utilisation) | "
+        "eaco-measured (EaCO's Table 1 loads for its four models, catalog x 0.408 for the others); part of the "
+        "job model, for every run of a comparison",
+    )
     sharing_model: Literal["slicing", "eaco"] = Field(
         "slicing",
         description="jobs sharing a GPU: slicing (time-slicing by utilisation, loads add up) | eaco (fitted to "

@@ -1,10 +1,11 @@
 """`wattsched experiment eaco`: EaCO against FIFO, FIFO_packed and Gandiva on EaCO's two cluster sizes.
 
-Every run shares the workload, the cluster, the sharing model fitted to EaCO's measurements (``sharing_model:
-eaco``) with the same seeded prediction noise, the power model and the idle-timeout power manager (nodes with no
-job are powered off alike in every run). Per run: total energy, average active nodes, average runtime, average JCT
-(wait + run), GPU allocation, co-locations and de-co-locations. Outputs in DIR: ``results.csv`` (one row per
-cluster, policy and seed), ``summary.md`` (the paper's figures beside the measured ones) and PNG plots.
+Every run shares the workload, the cluster, the jobs' GPU loads measured by EaCO (``gpu_loads: eaco-measured``),
+the sharing model fitted to EaCO's measurements (``sharing_model: eaco``) with the same seeded prediction noise,
+the power model and the idle-timeout power manager (nodes with no job are powered off alike in every run). Per run:
+total energy, average active nodes, average runtime, average JCT (wait + run), GPU allocation, co-locations and
+de-co-locations. Outputs in DIR: ``results.csv`` (one row per cluster, policy and seed), ``summary.md`` (the paper's
+figures beside the measured ones) and PNG plots.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class Setup:
             seed=seed,
             performance="tables",
             assign_models="always",
+            gpu_loads="eaco-measured",
             sharing_model="eaco",
             sharing_noise=self.noise,
             power_manager="idle-timeout",
@@ -297,7 +299,8 @@ def render_summary(s: dict[str, Any]) -> str:
         + (f", its first {setup['max_jobs']} jobs by submission" if setup["max_jobs"] else "")
         + f": {s['jobs']} jobs (Gavel job types; not raw Philly data).",
         "- Clusters: " + ", ".join(f"`{CLUSTERS[n]}` ({n} nodes x 8 V100)" for n in sorted(s["per"])) + ".",
-        "- Every run: sharing model `eaco` (fitted to EaCO's Table 1 and Table 3, docs/eaco.md §2), prediction "
+        "- Every run: jobs' GPU loads measured by EaCO (Table 1; `gpu_loads: eaco-measured`), sharing model `eaco` "
+        "(fitted to EaCO's Table 1 and Table 3, docs/eaco.md §2), prediction "
         f"noise sigma = {setup['noise']:g} (the simulator's truth around the model; reconstructed: the paper "
         "gives no error size), throughput tables, power manager `idle-timeout` (empty nodes off), ElasticFlow "
         "restart costs.",

@@ -60,7 +60,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "cluster": ("cluster", "gpu_type"),
     "performance model": (
-        "performance", "assign_models", "sharing_model", "sharing_noise", "restart_model", "restart_delay_s",
+        "performance", "assign_models", "gpu_loads", "sharing_model", "sharing_noise", "restart_model",
+        "restart_delay_s",
         "checkpoint_interval_s", "performance_model",
     ),
     "power model": (
@@ -79,7 +80,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 _RECORDED_AS_SETTING = frozenset(
     {
         "sharing_model", "sharing_noise", "restart_model", "interference_kappa", "power_overlap_beta",
-        "measured_loads", "other_models_scale", "basis",
+        "measured_loads", "other_models_scale", "basis", "gpu_loads",
     }
 )  # fmt: skip
 

@@ -249,6 +249,7 @@ def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, sche
         rng=rng,
         use_tables=tables and cfg.performance != "trace",
         sharing=sharing_model(cfg.sharing_model),
+        loads=sharing_model("eaco") if cfg.gpu_loads == "eaco-measured" else None,
         sharing_noise=cfg.sharing_noise,
         noise_seed=cfg.seed,
         generated=cfg.performance == "generated",

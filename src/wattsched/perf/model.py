@@ -70,9 +70,14 @@ class PerformanceModel:
         sharing: SharingModel = SLICING,
         sharing_noise: float = 0.0,
         noise_seed: int = 0,
+        loads: SharingModel | None = None,
     ):
         self.jobs = jobs
         self.sharing = sharing
+        # Where the job model takes modelled jobs' GPU loads from: the catalog (None) or a calibrated model's
+        # measured loads (``gpu_loads: eaco-measured``). Independent of the sharing model, so that a job alone on
+        # its GPUs draws the same under every sharing model.
+        self.loads = loads
         # The simulator's truth may differ from the model: a shared job's speed is the prediction times
         # (1 + noise * z), z ~ N(0, 1) seeded per job and co-runner set (so predictions can be wrong).
         self.sharing_noise = float(sharing_noise)
@@ -97,9 +102,6 @@ class PerformanceModel:
         self.checkpoint_gb = np.zeros(n)
         self.memory = np.zeros(n)
         self.util = self.job_load.copy()
-        # The load the sharing model sees (co-runner slowdown and its predictions): the solo load, or the load the
-        # model was fitted with (EaCO's measured loads). It never changes what a job alone draws (``job_load``).
-        self.shared_util = self.job_load.copy()
         self._rate_cache: dict[tuple, float] = {}
         per_node = {
             c: int(spec.gpu_count[spec.gpu_model_code == c].max()) for c in range(len(spec.gpu_models))
@@ -123,6 +125,7 @@ class PerformanceModel:
         sharing_noise: float = 0.0,
         noise_seed: int = 0,
         generated: bool = False,
+        loads: SharingModel | None = None,
     ) -> tuple[PerformanceModel, JobTable]:
         """The model for this workload and cluster, and the job table with assigned model names (if any).
 
@@ -149,7 +152,7 @@ class PerformanceModel:
             jobs, assigned, counts = _assign(jobs, spec, sources, keys, rng or np.random.default_rng(0))
             keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
         model = cls(
-            jobs, spec, restart=restart, tables=sources, sharing=sharing, sharing_noise=sharing_noise,
+            jobs, spec, restart=restart, tables=sources, sharing=sharing, sharing_noise=sharing_noise, loads=loads,
             noise_seed=noise_seed,
         )  # fmt: skip
         model.notes += notes
@@ -176,12 +179,9 @@ class PerformanceModel:
             share = min(int(jobs.gpu_milli[j]), MILLI) / MILLI if jobs.num_gpu[j] > 0 else 0.0
             if f is not None:
                 util = f.utilisation if np.isnan(jobs.gpu_util[j]) else float(jobs.gpu_util[j])
+                if self.loads is not None and np.isnan(jobs.gpu_util[j]):  # the job model's measured loads
+                    util = self.loads.load_of(normalise(main[j]), util)
                 self.util[j] = self.job_load[j] = min(max(util, 0.0), 1.0) * share
-                if np.isnan(
-                    jobs.gpu_util[j]
-                ):  # a calibrated sharing model may have measured it next to others
-                    util = self.sharing.load_of(normalise(main[j]), util)
-                self.shared_util[j] = min(max(util, 0.0), 1.0) * share
                 self.memory[j] = f.memory_gib
                 self.checkpoint_gb[j] = f.checkpoint_gb
             if np.isfinite(jobs.iterations[j]):
@@ -271,10 +271,9 @@ class PerformanceModel:
         return load if scale == 1.0 else load * scale
 
     def slicing_utilisation(self, job: int) -> float:
-        """The job's GPU utilisation as the sharing model sees it, which time-slicing divides among co-runners:
-        its solo utilisation, or the load a calibrated sharing model was fitted with. Only co-located jobs use it;
-        a job alone on its GPUs runs and draws the same under every sharing model."""
-        return float(self.shared_util[job])
+        """The job's solo GPU utilisation, which the sharing model divides among co-runners (the job model's load:
+        the same under every sharing model, so a job alone on its GPUs runs and draws the same under any)."""
+        return float(self.util[job])
 
     def shared_factor(self, job: int, gpu_code: int, co_runners: Sequence[Sequence[int]]) -> float:
         """The speed the simulator gives a job next to these co-runners: the prediction
@@ -390,6 +389,7 @@ class PerformanceModel:
             "tables": {self.spec.gpu_models[c]: src[0] for c, src in self.sources.items()},
             "work_unit": "iterations for jobs with a table, seconds at full speed otherwise",
             **self.restart.describe(),
+            "gpu_loads": "catalog" if self.loads is None else f"{self.loads.name}-measured",
             **self.sharing.describe(),
         }
         if self.sharing_noise > 0:
