@@ -127,6 +127,66 @@ def test_compare_warns_when_workload_or_cluster_differ(tmp_path, runs):
     assert "synthetic.num_jobs [workload]: 60 (fifo) vs 40 (other)" in warning
 
 
+JOBS_CSV = "job_id,submit_time,duration,num_gpu\n" + "".join(
+    f"j{i},{60 * i},{600 + 10 * i},1\n" for i in range(12)
+)
+
+
+def _csv_run(folder: Path, out: Path, rows: int, *args) -> Path:
+    """`simulate --workload jobs.csv` run from `folder` (the working directory), with the first `rows` jobs of
+    JOBS_CSV in its jobs.csv."""
+    (folder / "jobs.csv").write_text("".join(JOBS_CSV.splitlines(keepends=True)[: rows + 1]))
+    result = runner.invoke(app, ["simulate", "--quiet", "--workload", "jobs.csv", *args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_compare_sees_two_workload_files_under_one_relative_name(tmp_path, monkeypatch):
+    """Both runs record `workload: jobs.csv`, but the files differ: the job model compares the contents."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = _csv_run(tmp_path / "a", tmp_path / "ra", 12)
+    monkeypatch.chdir(tmp_path / "b")
+    second = _csv_run(tmp_path / "b", tmp_path / "rb", 7)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["compare", str(first), str(second)])
+    assert result.exit_code == 0, result.output
+    warning = " ".join(result.stderr.split())
+    assert "workload [workload]: a file with sha256" in warning
+
+
+def test_one_workload_file_named_two_ways_is_one_workload(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = _csv_run(tmp_path / "a", tmp_path / "r1", 12)
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--quiet",
+            "--workload",
+            str(tmp_path / "a" / "jobs.csv"),
+            "--out",
+            str(tmp_path / "r2"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    compared = runner.invoke(app, ["compare", str(first), str(tmp_path / "r2")])
+    assert compared.exit_code == 0, compared.output
+    assert "warning" not in compared.stderr and "NOT LIKE FOR LIKE" not in compared.stdout
+
+
+def test_synthetic_settings_are_not_compared_for_a_trace_workload():
+    a = SimulationConfig(workload="philly")
+    b = a.model_copy(update={"synthetic": a.synthetic.model_copy(update={"num_jobs": 5})})
+    require_one_job_model({"a": a, "b": b}, "test")
+    c = SimulationConfig(workload="synthetic")
+    d = c.model_copy(update={"synthetic": c.synthetic.model_copy(update={"num_jobs": 5})})
+    with pytest.raises(WattschedError, match=r"synthetic\.num_jobs"):
+        require_one_job_model({"c": c, "d": d}, "test")
+
+
 def test_report_warns_in_the_page_and_on_stderr(runs, tmp_path):
     out = tmp_path / "r.html"
     result = runner.invoke(app, ["report", str(runs["fifo"]), str(runs["eaco-sharing"]), "--out", str(out)])

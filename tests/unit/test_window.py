@@ -289,3 +289,30 @@ def test_compare_charges_the_tail_with_the_runs_own_price_and_carbon(tmp_path):
     for row, tail in zip(again.to_dict("records"), tails, strict=True):
         assert np.isnan(row["cost_usd"]) if tail.end_s < end else row["cost_usd"] == tail.cost_usd
     assert "are not shown" in " ".join(again.attrs["window"])
+
+
+def test_compare_from_another_folder_finds_series_given_by_relative_path(tmp_path, monkeypatch):
+    """Runs made with `--price-csv prices.csv` in their folder: compare, run from elsewhere, still charges the
+    tail's cost and carbon (the run recorded the files' absolute paths in summary.json ``input_files``)."""
+    from wattsched.experiments.compare import comparison
+    from wattsched.experiments.demo import SIGNAL_YEAR, write_generated_signals
+
+    work = tmp_path / "work"
+    work.mkdir()
+    price_csv, carbon_csv = write_generated_signals(work, SIGNAL_YEAR)
+    (work / "jobs.csv").write_text(
+        "job_id,submit_time,duration,num_gpu\na,0,7200,1\nb,0,3600,2\nc,0,7200,1\n"
+    )
+    (work / "cluster.yaml").write_text(
+        "name: one\nnode_groups:\n  - {count: 1, gpus: 2, gpu_model: V100, cpu_milli: 32000, memory_mib: 1000000}\n"
+    )
+    monkeypatch.chdir(work)
+    price, carbon = price_csv.relative_to(work), carbon_csv.relative_to(work)
+    common = ("--workload", "jobs.csv", "--cluster", "cluster.yaml", "--power-manager", "idle-timeout",
+              "--price-csv", price, "--carbon-csv", carbon, "--year", SIGNAL_YEAR)  # fmt: skip
+    runs = [_simulate(tmp_path / q, "--queue", q, *common) for q in ("fifo", "sjf")]
+    monkeypatch.chdir(tmp_path)
+    window._signals_cached.cache_clear()
+    frame = comparison(runs)
+    assert frame["cost_usd"].notna().all() and frame["co2_kg"].notna().all()
+    assert "are not shown" not in " ".join(frame.attrs["window"])

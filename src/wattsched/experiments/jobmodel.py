@@ -23,6 +23,7 @@ directory is at hand. :func:`differences` names every setting whose value differ
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -85,6 +86,35 @@ _RECORDED_AS_SETTING = frozenset(
 )  # fmt: skip
 
 
+# Settings that may name a file the run reads: the job model compares the files' contents (summary.json
+# ``input_files``), not the paths as typed (``jobs.csv`` in two folders is two workloads; one file named two ways is
+# one).
+FILE_SETTINGS = ("workload", "cluster", "services", "price_csv", "carbon_csv")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_files(config: Any) -> dict[str, dict[str, str]]:
+    """The files a run's settings name (``workload`` as a CSV path, ``cluster`` as a YAML path, ``services``,
+    ``price_csv``, ``carbon_csv``): setting -> absolute path and sha256 of the contents. Dataset and built-in names
+    are not files and are left out (the dataset registry checks those by checksum)."""
+    out: dict[str, dict[str, str]] = {}
+    for name in FILE_SETTINGS:
+        value = getattr(config, name, None)
+        if not isinstance(value, str) or not value:
+            continue
+        path = Path(value).expanduser()
+        if path.is_file():
+            out[name] = {"path": str(path.resolve()), "sha256": _sha256(path)}
+    return out
+
+
 def group_of(setting: str) -> str:
     head = setting.split(".")[0]
     for group, names in GROUPS.items():
@@ -134,13 +164,25 @@ def resolved_job_model(config: Mapping[str, Any]) -> dict[str, Any]:
         )  # fmt: skip
     if "assign_models" in flat:
         flat["assign_models"] = "assigned" if assign else "trace names only"
-    return {k: v for k, v in flat.items() if k not in POLICY_SETTINGS and k.split(".")[0] not in BOOKKEEPING}
+    unused = (
+        {"synthetic"} if config.get("workload", "synthetic") != "synthetic" else set()
+    )  # read for synthetic only
+    return {
+        k: v
+        for k, v in flat.items()
+        if k not in POLICY_SETTINGS and k.split(".")[0] not in BOOKKEEPING and k.split(".")[0] not in unused
+    }
 
 
 def recorded_job_model(config: Mapping[str, Any], summary: Mapping[str, Any] | None) -> dict[str, Any]:
     """:func:`resolved_job_model`, with the performance model the run recorded (``summary.json``) in place of the
     resolved ``performance`` / ``assign_models`` where it recorded one."""
     model = resolved_job_model(config)
+    files = summary.get("input_files") if isinstance(summary, Mapping) else None
+    if isinstance(files, Mapping):
+        for name, info in files.items():
+            if name in model and isinstance(info, Mapping) and info.get("sha256"):
+                model[name] = f"a file with sha256 {str(info['sha256'])[:16]}"
     recorded = summary.get("performance_model") if isinstance(summary, Mapping) else None
     if isinstance(recorded, Mapping):
         model.pop("performance", None)
@@ -184,6 +226,9 @@ def differences(models: Mapping[str, Mapping[str, Any]]) -> list[Difference]:
     """Every setting whose value differs between the runs' job models (label -> :func:`resolved_job_model` or
     :func:`recorded_job_model`), in the order the settings first appear."""
     keys = list(dict.fromkeys(k for m in models.values() for k in m))
+    if len({json.dumps(m.get("workload"), default=str) for m in models.values()}) > 1:
+        # the workloads differ already; the generator's settings say nothing more where one is not synthetic
+        keys = [k for k in keys if not k.startswith("synthetic.")]
     out = []
     for key in keys:
         values = {label: m.get(key) for label, m in models.items()}

@@ -26,6 +26,7 @@ from ..policies.adapters import QueuePlacementScheduler, RoundScheduler, policy_
 from ..policies.contract import ALLOCATION_POLICIES, Scheduler
 from .config import SimulationConfig
 from .energy_setup import build_energy
+from .jobmodel import input_files
 from .outputs import placement_strings, stats, write_run_dir
 
 ProgressFn = Callable[[int, int], None]
@@ -172,6 +173,7 @@ def run_simulation(
         "policies": policies,
         "seed": cfg.seed,
         "invalid_examples": inputs.invalid_examples,
+        "input_files": input_files(cfg),
         "notes": inputs.notes,
         "wattsched_version": __version__,
         "wall_time_s": round(time.perf_counter() - started, 3),

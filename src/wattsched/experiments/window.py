@@ -140,6 +140,7 @@ def signals_of(cfg: SimulationConfig, summary: dict[str, Any]) -> tuple[Any, Any
         return None, None
     if not any(isinstance(model.get(k), dict) for k in ("price", "carbon")):
         return None, None
+    cfg = _with_recorded_files(cfg, summary)
     key = cfg.model_dump_json(
         include={
             "region", "year", "data_dir", "price_csv", "carbon_csv", "signal_tz", "align", "grid_start", "wrap",
@@ -148,6 +149,19 @@ def signals_of(cfg: SimulationConfig, summary: dict[str, Any]) -> tuple[Any, Any
     )  # fmt: skip
     start = _trace_start(summary)
     return _signals_cached(key, None if start is None else start.isoformat())
+
+
+def _with_recorded_files(cfg: SimulationConfig, summary: dict[str, Any]) -> SimulationConfig:
+    """The config with signal files the run recorded by absolute path (summary.json ``input_files``) where the path
+    as typed does not lead to a file from here (a relative path, read from another folder)."""
+    files = summary.get("input_files") or {}
+    updates = {}
+    for name in ("price_csv", "carbon_csv"):
+        typed = getattr(cfg, name)
+        recorded = files.get(name, {}).get("path") if isinstance(files.get(name), dict) else None
+        if typed and recorded and not Path(typed).expanduser().is_file():
+            updates[name] = recorded
+    return cfg.model_copy(update=updates) if updates else cfg
 
 
 @lru_cache(maxsize=32)
