@@ -145,6 +145,16 @@ def test_a_forecast_manager_with_periodic_timers_stops_at_the_horizon():
     assert power.transitions == [] or all(t <= tail.end_s for t, *_ in power.transitions)
 
 
+def test_a_window_past_an_unsettled_tail_says_so():
+    """A forecast tail that never settles is held at its last drained state past the horizon, and the window line
+    says so."""
+    _, ledger, _ = run("sjf", manager="forecast")
+    tail = ledger.tail()
+    summary = {window.KEY: window.block(tail, 0.0, tail.drained_to_s + 3600.0)}
+    assert "not settled" in window.held_note([summary])
+    assert window.held_note([{window.KEY: window.block(tail, 0.0, tail.end_s)}]) == ""
+
+
 def test_a_window_ending_before_the_run_is_refused():
     _, ledger, _ = run("fifo")
     with pytest.raises(Exception, match="at or after the run's own end"):

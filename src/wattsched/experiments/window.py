@@ -97,13 +97,20 @@ def charge_summaries(summaries: Sequence[dict[str, Any]], configs: Sequence[Simu
     for s, b in zip(summaries, charge(tails, signals), strict=True):
         s[KEY] = b
     start, end = window_of(tails)
-    line = describe(start, end, len(tails))
+    line = describe(start, end, len(tails)) + held_note(summaries)
     if missing:
         line += (
             f"; the cost and carbon of {len(missing)} run(s) are not shown: their price or carbon series could "
             f"not be read again ({missing[0]})"
         )
     return line
+
+
+def held_note(summaries: Sequence[dict[str, Any]]) -> str:
+    """The part of a window line that says where a run's tail had not settled by the window's end (a power manager
+    with timers left after the drain's horizon): its last drained state is held from there."""
+    notes = [s[KEY]["note"] for s in summaries if "note" in s.get(KEY, {})]
+    return f"; {len(notes)} run(s) not settled: {notes[0]}" if notes else ""
 
 
 def record_in_run_dirs(dirs: Sequence[Path]) -> str:
@@ -206,10 +213,11 @@ def rebase(
     groups: dict[Hashable, list[Any]] = {}
     for r in records:
         groups.setdefault(group(r), []).append(r)
-    longest = 0.0
+    longest, held = 0.0, ""
     for members in groups.values():
         summaries = [dict(r.window_input) for r in members]
         charge_summaries(summaries, [config(r) for r in members])
+        held = held or held_note(summaries)
         for r, s in zip(members, summaries, strict=True):
             w = s[KEY]
             longest = max(longest, w["tail_s"])
@@ -226,5 +234,5 @@ def rebase(
         f"Energy, cost and carbon are charged over a common window per {what}: from the first submission to the "
         "latest end among its runs; after its own last completion a run's nodes draw what its power manager "
         f"leaves them at (docs/energy.md, Accounting window; longest tail {longest / 3600:,.2f} h). "
-        f"{own}: each run's energy up to its own last completion."
+        f"{own}: each run's energy up to its own last completion{held}."
     )
