@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.unit.test_compare import simulate as compare_run
 from wattsched.cli.main import app
 from wattsched.core.errors import WattschedError
 from wattsched.experiments.compare import METRICS, _reconstructed, comparison
@@ -25,11 +26,8 @@ runner = CliRunner()
 
 
 def simulate(out: Path, *args) -> Path:
-    result = runner.invoke(
-        app, ["simulate", "--quiet", "--jobs", "60", "--seed", "3", *map(str, args), "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
-    return out
+    """test_compare's short real run, with 60 jobs (the last --jobs given counts)."""
+    return compare_run(out, "--jobs", "60", *args)
 
 
 @pytest.fixture(scope="module")
