@@ -105,6 +105,7 @@ VALUES = {
     "checkpoint_interval_s": ("600", 600.0),
     "restart_model": ("fixed", "fixed"),
     "sharing_model": ("eaco", "eaco"),
+    "gpu_loads": ("eaco-measured", "eaco-measured"),
     "sharing_noise": ("0.1", 0.1),
     "deadline_slack": ("1.5", 1.5),
     "services": ("default", "default"),
