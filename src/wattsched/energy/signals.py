@@ -149,35 +149,48 @@ class RawSeries:
     ambiguous_single: int = 0
 
 
-def _read_columns(path: Path, time_col: str, value_cols: Sequence[str]) -> tuple[str, list, list, list]:
-    """(value column used, line numbers, time strings, value strings) for one CSV; header problems raise."""
+def _csv_rows(path: Path) -> tuple[list[str], list[int], list[list[str]]]:
+    """(header, 1-based line numbers, rows) of a CSV, blank lines skipped; a file that is not CSV text raises."""
+    lines: list[int] = []
+    rows: list[list[str]] = []
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise InputError(path, 1, None, "empty file (no header)")
-        header = [h.strip() for h in header]
-        if time_col not in header:
-            raise InputError(path, 1, time_col, f"missing column; header has: {', '.join(header)}")
-        value_col = next((c for c in value_cols if c in header), None)
-        if value_col is None:
-            raise InputError(
-                path, 1, " or ".join(value_cols), f"missing column; header has: {', '.join(header)}"
-            )
-        ti, vi = header.index(time_col), header.index(value_col)
-        lines, times, values = [], [], []
-        for row in reader:
-            if not row or all(not c.strip() for c in row):
-                continue  # blank line: not a data row
-            line = reader.line_num
-            if len(row) <= max(ti, vi):
-                raise InputError(
-                    path, line, value_col, f"row has {len(row)} fields, header has {len(header)}"
-                )
-            lines.append(line)
-            times.append(row[ti].strip())
-            values.append(row[vi].strip())
-    return value_col, lines, times, values
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise InputError(path, 1, None, "empty file (no header)")
+            for row in reader:
+                if row and any(c.strip() for c in row):
+                    lines.append(reader.line_num)
+                    rows.append(row)
+        except csv.Error as exc:
+            raise InputError(path, reader.line_num, None, f"not a CSV file ({exc})") from None
+    return [h.strip() for h in header], lines, rows
+
+
+def _pick_columns(
+    path: Path, header: list[str], lines: list[int], rows: list[list[str]], cols: dict[str, str], field: str
+) -> dict[str, list[str]]:
+    """The stripped cells of the columns `cols` (name -> header column) in every row; a row too short for them
+    raises, naming `field`."""
+    index = {name: header.index(col) for name, col in cols.items()}
+    widest = max(index.values())
+    for line, row in zip(lines, rows, strict=True):
+        if len(row) <= widest:
+            raise InputError(path, line, field, f"row has {len(row)} fields, header has {len(header)}")
+    return {name: [row[i].strip() for row in rows] for name, i in index.items()}
+
+
+def _read_columns(path: Path, time_col: str, value_cols: Sequence[str]) -> tuple[str, list, list, list]:
+    """(value column used, line numbers, time strings, value strings) for one CSV; header problems raise."""
+    header, lines, rows = _csv_rows(path)
+    if time_col not in header:
+        raise InputError(path, 1, time_col, f"missing column; header has: {', '.join(header)}")
+    value_col = next((c for c in value_cols if c in header), None)
+    if value_col is None:
+        raise InputError(path, 1, " or ".join(value_cols), f"missing column; header has: {', '.join(header)}")
+    picked = _pick_columns(path, header, lines, rows, {"time": time_col, "value": value_col}, value_col)
+    return value_col, lines, picked["time"], picked["value"]
 
 
 def _parse_rows(path: Path, time_col: str, value_col: str, lines: list, times: list, values: list):
@@ -882,25 +895,6 @@ def csv_layout(
     raise InputError(path, 1, None, f"{problem}; a --{kind}-csv file has one of these layouts: {accepted}")
 
 
-def _csv_rows(path: Path) -> tuple[list[str], list[int], list[list[str]]]:
-    """(header, 1-based line numbers, rows) of a CSV, blank lines skipped; a file that is not CSV text raises."""
-    lines: list[int] = []
-    rows: list[list[str]] = []
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise InputError(path, 1, None, "empty file (no header)")
-            for row in reader:
-                if row and any(c.strip() for c in row):
-                    lines.append(reader.line_num)
-                    rows.append(row)
-        except csv.Error as exc:
-            raise InputError(path, reader.line_num, None, f"not a CSV file ({exc})") from None
-    return [h.strip() for h in header], lines, rows
-
-
 def load_csv_signal(
     path: str | Path,
     kind: str,
@@ -929,13 +923,7 @@ def load_csv_signal(
     path = Path(path)
     header, lines, rows = _csv_rows(path)
     layout, cols = csv_layout(path, header, kind, carbon)
-    index = {name: header.index(col) for name, col in cols.items()}
-    for line, row in zip(lines, rows, strict=True):
-        if len(row) <= max(index.values()):
-            raise InputError(
-                path, line, cols["value"], f"row has {len(row)} fields, header has {len(header)}"
-            )
-    column = {name: [row[i].strip() for row in rows] for name, i in index.items()}
+    column = _pick_columns(path, header, lines, rows, cols, cols["value"])
     line_arr = np.asarray(lines, dtype=np.int64)
     notes: list[str] = []
     unit = CSV_UNITS[kind]
