@@ -101,7 +101,6 @@ class PerformanceModel:
         self.work = jobs.duration_s.astype(np.float64).copy()
         self.checkpoint_gb = np.zeros(n)
         self.memory = np.zeros(n)
-        self.util = self.job_load.copy()
         self._rate_cache: dict[tuple, float] = {}
         per_node = {
             c: int(spec.gpu_count[spec.gpu_model_code == c].max()) for c in range(len(spec.gpu_models))
@@ -181,7 +180,7 @@ class PerformanceModel:
                 util = f.utilisation if np.isnan(jobs.gpu_util[j]) else float(jobs.gpu_util[j])
                 if self.loads is not None and np.isnan(jobs.gpu_util[j]):  # the job model's measured loads
                     util = self.loads.load_of(normalise(main[j]), util)
-                self.util[j] = self.job_load[j] = min(max(util, 0.0), 1.0) * share
+                self.job_load[j] = min(max(util, 0.0), 1.0) * share
                 self.memory[j] = f.memory_gib
                 self.checkpoint_gb[j] = f.checkpoint_gb
             if np.isfinite(jobs.iterations[j]):
@@ -273,7 +272,7 @@ class PerformanceModel:
     def slicing_utilisation(self, job: int) -> float:
         """The job's solo GPU utilisation, which the sharing model divides among co-runners (the job model's load:
         the same under every sharing model, so a job alone on its GPUs runs and draws the same under any)."""
-        return float(self.util[job])
+        return float(self.job_load[job])
 
     def shared_factor(self, job: int, gpu_code: int, co_runners: Sequence[Sequence[int]]) -> float:
         """The speed the simulator gives a job next to these co-runners: the prediction

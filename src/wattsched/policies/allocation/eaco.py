@@ -22,6 +22,7 @@ the most jobs per GPU) is reconstructed: parameters below, reported in summary.j
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import replace
 from functools import lru_cache
@@ -51,6 +52,16 @@ def _size(key: tuple) -> int:
     return sum(len(g) for _, g in key)
 
 
+def _basis(alpha: float, util: float, memory: float, jct_bound: float, epoch_s: float, max_jobs: int) -> str:
+    """What EaCO's reconstruction rests on, with the parameters it runs with."""
+    return (
+        "EaCO (Haghshenas & Hashemi, arXiv 2412.08294): Algorithms 1 and 2 from the text, no public code; "
+        f"reconstructed alpha {alpha:g}, utilisation threshold {util:g}, memory threshold {memory:g}, JCT bound "
+        f"{jct_bound:g} x alone without a deadline, epoch {epoch_s:g} s, at most {max_jobs} jobs per GPU; "
+        "docs/eaco.md"
+    )
+
+
 @ALLOCATION_POLICIES.register("eaco")
 class EaCO(AllocationPolicy):
     name = "eaco"
@@ -58,11 +69,6 @@ class EaCO(AllocationPolicy):
         "energy-aware co-location on shared GPUs, predicted JCTs, undo after an observed epoch (EaCO)"
     )
     reconstructed = True  # the algorithm is the paper's; its parameters are not given there (docs/eaco.md §3)
-    basis = (
-        "EaCO (Haghshenas & Hashemi, arXiv 2412.08294): Algorithms 1 and 2 from the text, no public code; "
-        "reconstructed alpha 0.5, utilisation threshold 0.9, memory threshold 0.9, JCT bound 1.1 x alone "
-        "without a deadline, epoch 1440 s, at most 4 jobs per GPU; docs/eaco.md"
-    )
     needs_models = True
     default_round_s = 360.0  # Gavel's round, the simulator EaCO extends
     decide_on_arrival = True
@@ -85,11 +91,13 @@ class EaCO(AllocationPolicy):
         self.jct_bound = float(jct_bound)
         self.epoch_s = float(epoch_s)
         self.max_jobs = int(min(max_jobs_per_gpu, MAX_JOBS_PER_GPU))
-        self.basis = (  # the parameters this run uses
-            "EaCO (Haghshenas & Hashemi, arXiv 2412.08294): Algorithms 1 and 2 from the text, no public code; "
-            f"reconstructed alpha {self.alpha:g}, utilisation threshold {self.util_threshold:g}, memory threshold "
-            f"{self.memory_threshold:g}, JCT bound {self.jct_bound:g} x alone without a deadline, epoch "
-            f"{self.epoch_s:g} s, at most {self.max_jobs} jobs per GPU; docs/eaco.md"
+        self.basis = _basis(
+            self.alpha,
+            self.util_threshold,
+            self.memory_threshold,
+            self.jct_bound,
+            self.epoch_s,
+            self.max_jobs,
         )
         self.placement = PLACEMENT_POLICIES.create("best-fit")  # free GPUs: packed onto the fewest nodes
         self.undone = 0
@@ -106,10 +114,7 @@ class EaCO(AllocationPolicy):
         n = len(ctx.jobs)
         # History key per job: its model and batch size (Gavel measures pairs per batch size).
         self.model = [f"{self.perf.model_key(j)}@{self.perf.batch[j]:g}" for j in range(n)]
-        self.load = np.array(
-            [self.perf.slicing_utilisation(j) for j in range(n)]
-        )  # as the sharing model sees it
-        self.power_load = np.asarray(self.perf.job_load, dtype=float)  # what a job alone draws (the engine's)
+        self.load = np.array([self.perf.slicing_utilisation(j) for j in range(n)])  # alone: engine's load
         self.memory = np.array([self.perf.memory_gib(j) for j in range(n)])
         self._settled = False  # the last decision changed nothing: it stands until the cluster changes
         self._shape = np.full(n, -1, dtype=np.int64)
@@ -374,12 +379,16 @@ class EaCO(AllocationPolicy):
                 return None
             slowdowns.append(1.0 / speed)
         sharing = self.perf.sharing
-        loads_before = [float(self.power_load[k]) for k in group]
-        loads_after = [*loads_before, float(self.power_load[job])]
+        loads_before = [float(self.load[k]) for k in group]
+        loads_after = [*loads_before, float(self.load[job])]
         added = min(1.0, sharing.gpu_load(loads_after)) - min(1.0, sharing.gpu_load(loads_before))
         dyn = gpu.max_w - gpu.idle_w
-        alone_w = gpu.idle_w + dyn * min(1.0, float(self.power_load[job]))
+        alone_w = gpu.idle_w + dyn * min(1.0, float(self.load[job]))
         added_w = dyn * added if group else alone_w  # free GPUs: they leave idle
         # The newcomer's time next to the group stretches by its slowdown: energy over its run.
         energy_rel = added_w * slowdowns[-1] / alone_w if alone_w > 0 else 0.0
         return self.alpha * energy_rel + (1.0 - self.alpha) * float(np.mean(slowdowns))
+
+
+# The class's own basis, at the default parameters (read where no run is at hand: experiment rows).
+EaCO.basis = _basis(*(p.default for p in list(inspect.signature(EaCO.__init__).parameters.values())[1:]))
