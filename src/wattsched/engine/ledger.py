@@ -33,13 +33,12 @@ from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
 from .observers import Observer
 from .power import NodePower
-from .tail import TAIL_COMPONENTS, PowerTail
+from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
 
 if TYPE_CHECKING:
     from .temporal import Simulator
 
 COMPONENTS = ("gpu_active", "gpu_idle", "cpu", "node_base", "power_transitions", "facility_overhead")
-J_PER_KWH = 3.6e6
 
 
 def _segments_of(sorted_keys: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,7 @@ from .config import SimulationConfig
 from .grid import ExperimentResult, save_figure, write_csv
 from .jobmodel import require_one_job_model
 from .parallel import Execution, grid_done, run_tasks
-from .window import rebase, window_input
+from .window import rebase_rows, window_input
 
 LABEL = "HKBU-DVFS"
 FIRST_SEED = 42
@@ -136,23 +136,15 @@ def _on_common_window(setup: Setup, rows: list[dict[str, Any]]) -> str:
     """Charge the trace runs compared with one another (DVFS and default clocks on one GPU type under one power
     manager) over their common window: ``total_energy_kwh`` becomes the common-window figure, ``own_window_kwh``
     keeps each run's own (in place). The line naming the window."""
-    from types import SimpleNamespace
-
-    assert setup.trace is not None
     trace = setup.trace
-    runs = [
-        SimpleNamespace(row=r, energy_kwh=r["total_energy_kwh"], window_input=r.pop("_window_input"))
-        for r in rows
-    ]
-    line = rebase(
-        runs,
-        lambda n: (n.row["gpu"], n.row["power_manager"]),
-        lambda n: trace.config(n.row["gpu"], n.row["variant"], n.row["power_manager"]),
+    assert trace is not None
+    return rebase_rows(
+        rows,
+        "total_energy_kwh",
+        lambda r: (r["gpu"], r["power_manager"]),
+        lambda r: trace.config(r["gpu"], r["variant"], r["power_manager"]),
         "GPU type and power manager",
     )
-    for n in runs:
-        n.row["total_energy_kwh"], n.row["own_window_kwh"] = n.energy_kwh, n.own_window_kwh
-    return line
 
 
 def _run_task(setup: Setup, kind: str, *args) -> tuple[str, list[dict[str, Any]]]:

@@ -37,7 +37,7 @@ from ..policies.hkbu_online_pd import (
 from .grid import ExperimentResult, machine_description, save_figure, write_csv
 from .jobmodel import require_one_job_model
 from .parallel import Execution, grid_done, run_tasks
-from .window import rebase, window_input
+from .window import rebase_rows, window_input
 
 ProgressFn = Callable[[int, int], None]
 DEFAULT_RANDOM = 120
@@ -177,18 +177,13 @@ def philly_task(setup: PhillySetup, policy: str) -> dict[str, Any]:
 def _on_common_window(setup: PhillySetup, rows: list[dict[str, Any]]) -> str:
     """Charge the Philly runs over their common window (in place): energy, its cost and the net value become
     common-window figures, ``own_window_kwh`` keeps each run's own energy. The line naming the window."""
-    from types import SimpleNamespace
-
     from ..policies.allocation.hkbu_online_pd import ENERGY_USD_PER_KWH
 
-    runs = [
-        SimpleNamespace(row=r, energy_kwh=r["energy_kwh"], window_input=r.pop("_window_input")) for r in rows
-    ]
-    line = rebase(runs, lambda n: "philly", lambda n: setup.config(n.row["policy"]), "comparison")
-    for n in runs:
-        r = n.row
-        r["own_window_kwh"], r["energy_kwh"] = n.own_window_kwh, n.energy_kwh
-        r["energy_cost_usd"] = n.energy_kwh * ENERGY_USD_PER_KWH
+    line = rebase_rows(
+        rows, "energy_kwh", lambda r: "philly", lambda r: setup.config(r["policy"]), "comparison"
+    )
+    for r in rows:
+        r["energy_cost_usd"] = r["energy_kwh"] * ENERGY_USD_PER_KWH
         r["net_value_usd"] = r["utility_usd"] - r["energy_cost_usd"]
     return line
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ..core.errors import WattschedError
@@ -85,7 +86,7 @@ def charge_summaries(summaries: Sequence[dict[str, Any]], configs: Sequence[Simu
     """Add a ``common_window`` block to each run summary (in place) and return the line naming the window.
     `configs`: each run's config, to rebuild its price and carbon signals for the tail's cost and carbon."""
     tails = [PowerTail.from_summary(s) for s in summaries]
-    _, end = window_of(tails)
+    start, end = window_of(tails)
     # Only a run with a tail inside the window needs its signals (read from data files: skipped where not needed).
     signals, missing = [], []
     for cfg, s, t in zip(configs, summaries, tails, strict=True):
@@ -96,7 +97,6 @@ def charge_summaries(summaries: Sequence[dict[str, Any]], configs: Sequence[Simu
             missing.append(str(exc))
     for s, b in zip(summaries, charge(tails, signals), strict=True):
         s[KEY] = b
-    start, end = window_of(tails)
     line = describe(start, end, len(tails)) + held_note(summaries)
     if missing:
         line += (
@@ -193,6 +193,25 @@ INPUT_KEYS = ("energy_kwh", "energy_by_component_kwh", "cost_usd", "co2_kg", "ta
 def window_input(summary: dict[str, Any]) -> dict[str, Any]:
     """The part of a run summary :func:`rebase` needs (kept on an experiment's per-run record)."""
     return {k: summary[k] for k in INPUT_KEYS if k in summary}
+
+
+def rebase_rows(
+    rows: Sequence[dict[str, Any]],
+    energy_key: str,
+    group: Callable[[dict[str, Any]], Hashable],
+    config: Callable[[dict[str, Any]], SimulationConfig],
+    what: str,
+) -> str:
+    """:func:`rebase` for an experiment whose per-run records are dicts carrying ``_window_input`` (taken off
+    them): `energy_key` becomes the common-window energy and ``own_window_kwh`` keeps the run's own (in place).
+    The line naming the window."""
+    runs = [
+        SimpleNamespace(row=r, energy_kwh=r[energy_key], window_input=r.pop("_window_input")) for r in rows
+    ]
+    line = rebase(runs, lambda n: group(n.row), lambda n: config(n.row), what)
+    for n in runs:
+        n.row[energy_key], n.row["own_window_kwh"] = n.energy_kwh, n.own_window_kwh
+    return line
 
 
 def rebase(
