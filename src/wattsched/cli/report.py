@@ -28,8 +28,9 @@ def report_command(
     from .compare import warn_job_models
 
     with user_errors():
-        text = build_report(runs, baseline, title=title)
+        frame = comparison(runs, baseline)
+        text = build_report(runs, baseline, title=title, frame=frame)
         write_text(out, text)
-        warn_job_models(comparison(runs, baseline), note=False)
+        warn_job_models(frame, note=False)
     size = len(text.encode("utf-8"))
     console.print(Text(f"report written to {out} ({size / 1e6:.2f} MB)"))

@@ -201,8 +201,8 @@ def run_demo(
     runs = [out / r.name for r in DEMO_RUNS]
     record_in_run_dirs(runs)  # each run's summary.json gains its common_window block
     frame = comparison(runs, out / BASELINE)
-    frame["run"] = [Path(s).name for s in frame["source"]]  # the run's name, not its path
-    write_with(out / "comparison.csv", lambda p: frame.to_csv(p, index=False, float_format="%.10g"))
+    table = frame.assign(run=[Path(s).name for s in frame["source"]])  # the run's name, not its path
+    write_with(out / "comparison.csv", lambda p: table.to_csv(p, index=False, float_format="%.10g"))
     notes = demo_notes(setup, energies[BASELINE])
     for name in after_baseline:
         over = energies[name] / energies[BASELINE] - 1.0
@@ -212,6 +212,8 @@ def run_demo(
                 "(docs/powerflow.md)."
             )
     described = [*notes, *(f"{r.name}: {r.what}" for r in DEMO_RUNS)]
-    html = build_report(runs, out / BASELINE, title="wattsched demo: energy-aware policies", notes=described)
+    html = build_report(
+        runs, out / BASELINE, title="wattsched demo: energy-aware policies", notes=described, frame=frame
+    )
     write_text(out / "report.html", html)
-    return DemoResult(out, runs, frame, out / "report.html", notes)
+    return DemoResult(out, runs, table, out / "report.html", notes)

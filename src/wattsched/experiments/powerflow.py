@@ -85,6 +85,19 @@ RESULT_COLUMNS = (
     "window_kwh_powerflow",
     "window_energy_change_pct",
 )
+# Per baseline, the means over seeds of these results.csv columns (summary.json per_baseline, the headline).
+PER_BASELINE_MEANS = (
+    "p95_jct_ratio",
+    "makespan_ratio",
+    "energy_kwh_baseline",
+    "energy_kwh_powerflow",
+    "budget_error_pct",
+    "mean_jct_s_baseline",
+    "mean_jct_s_powerflow",
+    "window_kwh_baseline",
+    "window_kwh_powerflow",
+    "window_energy_change_pct",
+)
 SWEEP_COLUMNS = (
     "policy",
     "kind",
@@ -491,22 +504,7 @@ def run_experiment(
 
 # -- one grid per power manager -----------------------------------------------------------------------------
 DEFAULT_POWER_MANAGERS = ("always-on", "idle-timeout")
-HEADLINE_COLUMNS = (
-    "power_manager",
-    "baseline",
-    "jct_ratio",
-    "jct_ratio_std",
-    "p95_jct_ratio",
-    "makespan_ratio",
-    "energy_kwh_baseline",
-    "energy_kwh_powerflow",
-    "budget_error_pct",
-    "mean_jct_s_baseline",
-    "mean_jct_s_powerflow",
-    "window_kwh_baseline",
-    "window_kwh_powerflow",
-    "window_energy_change_pct",
-)
+HEADLINE_COLUMNS = ("power_manager", "baseline", "jct_ratio", "jct_ratio_std", *PER_BASELINE_MEANS)
 
 
 def check_power_managers(names: Sequence[str]) -> list[str]:
@@ -587,7 +585,7 @@ def headline_frame(per: Mapping[str, ExperimentResult]) -> pd.DataFrame:
                     "baseline": b,
                     "jct_ratio": r["ratio"],
                     "jct_ratio_std": r["ratio_std"],
-                    **{c: r[c] for c in HEADLINE_COLUMNS[4:]},
+                    **{c: r[c] for c in PER_BASELINE_MEANS},
                 }
             )
     return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
@@ -769,18 +767,7 @@ def summarise(
         d = results[results.baseline == b]
         ratio, ratio_std = _mean_std(d.jct_ratio)
         row: dict[str, Any] = {"ratio": ratio, "ratio_std": ratio_std}
-        for col in (
-            "p95_jct_ratio",
-            "makespan_ratio",
-            "energy_kwh_baseline",
-            "energy_kwh_powerflow",
-            "mean_jct_s_baseline",
-            "mean_jct_s_powerflow",
-            "budget_error_pct",
-            "window_kwh_baseline",
-            "window_kwh_powerflow",
-            "window_energy_change_pct",
-        ):
+        for col in PER_BASELINE_MEANS:
             row[col] = float(d[col].mean())
         base = [r for r in records if r.task.kind == "baseline" and r.task.policy == b and r.task.cap == 1.0]
         eq = [r for r in records if r.task.kind == "equal" and r.task.baseline == b]

@@ -624,10 +624,12 @@ def build_report(
     title: str = "wattsched report",
     generated: str | None = None,
     notes: Sequence[str] = (),
+    frame: pd.DataFrame | None = None,
 ) -> str:
     """The report of the runs in `paths` (see the module's docstring) as one HTML document; `notes` (what the
-    reader must know first, such as generated inputs) open it."""
-    frame = comparison(paths, baseline)
+    reader must know first, such as generated inputs) open it. `frame`: their comparison
+    (``comparison(paths, baseline)``) where the caller has it already."""
+    frame = comparison(paths, baseline) if frame is None else frame
     names = short_names(frame)
     runs = [
         load_run(label, name, Path(source))

@@ -219,9 +219,8 @@ class _GavelFifo(AllocationPolicy):
                 break
             if self.num_gpu[job] > 0:
                 alone[job] = found
-        if (
-            waits
-        ):  # the head fits once a server boots (Gavel's free workers): nothing packs; pairs stay as they are
+        # The head fits once a server boots (Gavel's free workers): nothing packs; pairs stay as they are.
+        if waits:
             for job in queue[blocked:]:
                 if job in joined:
                     plan.restore(job)
@@ -245,7 +244,6 @@ class _GavelFifo(AllocationPolicy):
             return None
         cap = gpu_model(self.spec.gpu_models[code]).memory_gib
         need = self.perf.memory_gib(job)
-        gpu_left = plan.state.gpu_left
         best, best_gain = None, self.threshold
         for other in self._by_arrival(list(alone)):
             if other in taken or self.num_gpu[other] != n or int(self.codes[other]) != code:
@@ -253,8 +251,6 @@ class _GavelFifo(AllocationPolicy):
             if need + self.perf.memory_gib(other) > cap:
                 continue
             placement = alone[other]
-            if any(gpu_left[node, g] < PAIR_SHARE for node, gpus, _, _ in placement for g in gpus):
-                continue
             if not view.request(job).node_mask[placement[0][0]]:
                 continue
             if not plan.is_free(on_same_gpus(view, job, placement), PAIR_SHARE):
