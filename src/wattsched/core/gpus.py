@@ -27,7 +27,30 @@ class GpuModel:
     power_limit_max_w: float
     modelled_as: str | None = None
     source: str = ""
+    # Draw with a job's CUDA context alive but nothing computing (clock held high): measured where known, else
+    # None and `held_draw_w` reconstructs it (docs/energy.md, "GPU power states").
+    held_w: float | None = None
 
+    @property
+    def held_draw_w(self) -> float:
+        """The held-but-not-computing draw: measured, else the H200's measured held share of the dynamic range
+        applied to this GPU's range (*reconstructed*)."""
+        if self.held_w is not None:
+            return self.held_w
+        return self.idle_w + HELD_SHARE_OF_RANGE * (self.max_w - self.idle_w)
+
+    @property
+    def held_measured(self) -> bool:
+        return self.held_w is not None
+
+
+# H200 measured for this project (h200-colocation-probe, docs/perf.md §5): bare idle 78.1 W (no process, 345 MHz);
+# with job contexts alive and nothing computing 163.3 W (gpu-bound run) and 135.2 W (input-bound run), mean 149.3 W.
+H200_BARE_W = 78.1
+H200_HELD_W = 149.3
+H200_MAX_W = 700.0
+HELD_SHARE_OF_RANGE = (H200_HELD_W - H200_BARE_W) / (H200_MAX_W - H200_BARE_W)  # 0.114
+_MEASURED = "h200-colocation-probe (idle, held; measured) + datasheet (memory, limits)"
 
 _PWR = "PWR constants (docs/fgd-pwr.md §7.1)"
 _SPEC = "datasheet (docs/energy-models.md §2)"
@@ -46,6 +69,7 @@ GPU_CATALOG: dict[str, GpuModel] = {
         GpuModel("A100", 80, 50, 400, 210, 1410, 100, 400, None, _PWR),
         GpuModel("G3", 80, 50, 400, 210, 1410, 100, 400, "A100", _PWR + "; Alibaba code G3 modelled as A100"),
         GpuModel("A100-PCIE", 80, 40, 300, 210, 1410, 150, 300, None, _SPEC + " (idle reconstructed)"),
+        GpuModel("H200", 141, H200_BARE_W, H200_MAX_W, 210, 1980, 200, 700, None, _MEASURED, H200_HELD_W),
         GpuModel("H100", 80, 75, 700, 210, 1980, 200, 700, None, _SPEC),
         GpuModel("H100-PCIE", 80, 55, 350, 210, 1755, 200, 350, None, _SPEC + " (idle reconstructed)"),
         GpuModel("A40", 48, 30, 300, 210, 1740, 100, 300, None, _SPEC + " (idle reconstructed)"),

@@ -71,6 +71,7 @@ TABLE_SOURCE: dict[str, tuple[str, str]] = {
     "G3": ("elasticflow", "A100"),
     "A100-PCIE": ("elasticflow", "A100"),
     "H100": ("elasticflow", "A100"),
+    "H200": ("elasticflow", "A100"),
     "H100-PCIE": ("elasticflow", "A100"),
     "A10": ("elasticflow", "T4"),
     "G2": ("elasticflow", "T4"),
