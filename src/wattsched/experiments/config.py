@@ -74,10 +74,18 @@ class SimulationConfig(BaseModel):
         "eaco-measured (EaCO's Table 1 loads for its four models, catalog x 0.408 for the others); part of the "
         "job model, for every run of a comparison",
     )
-    sharing_model: Literal["slicing", "eaco"] = Field(
+    profiles: str | None = Field(
+        None,
+        description='measured GPU profile CSV(s), comma-separated (docs/data-formats.md, "Profile CSV"; a path '
+        "or <dataset>/<file>): jobs whose model and batch they cover run and draw as measured; sets "
+        "sharing_model to measured unless given",
+        json_schema_extra={"cli_metavar": "FILE[,FILE]"},
+    )
+    sharing_model: Literal["slicing", "eaco", "measured"] = Field(
         "slicing",
-        description="jobs sharing a GPU: slicing (time-slicing by utilisation, loads add up) | eaco (fitted to "
-        "EaCO's measured pairs: interference and power overlap)",
+        description="jobs sharing a GPU: slicing (time-slicing by utilisation, loads add up) | eaco (EaCO's own "
+        "published setting: fitted to its V100 pairs) | measured (fitted to the H200 profiles' sets: "
+        "switch overhead, power mix) [default: measured with --profiles, else slicing]",
     )
     sharing_noise: float = Field(
         0.0,
@@ -151,6 +159,13 @@ class SimulationConfig(BaseModel):
     )
     gpu_sm_clock: float | None = Field(None, gt=0, le=1, description="dvfs: SM clock as a fraction of max")
     governor: Literal["static", "energy-optimal"] = Field("static", description="dvfs: per-job setting rule")
+
+    @model_validator(mode="after")
+    def _profiles_share_as_measured(self) -> SimulationConfig:
+        # Runs on measured profiles use the sharing model fitted to measurement unless one is named.
+        if self.profiles and "sharing_model" not in self.model_fields_set:
+            self.sharing_model = "measured"
+        return self
 
     @model_validator(mode="after")
     def _dvfs_settings_need_dvfs(self) -> SimulationConfig:

@@ -61,7 +61,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "cluster": ("cluster", "gpu_type"),
     "performance model": (
-        "performance", "assign_models", "gpu_loads", "sharing_model", "sharing_noise", "restart_model",
+        "performance", "assign_models", "gpu_loads", "profiles", "sharing_model", "sharing_noise", "restart_model",
         "restart_delay_s",
         "checkpoint_interval_s", "performance_model",
     ),
@@ -81,7 +81,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 _RECORDED_AS_SETTING = frozenset(
     {
         "sharing_model", "sharing_noise", "restart_model", "interference_kappa", "power_overlap_beta",
-        "measured_loads", "other_models_scale", "basis", "gpu_loads",
+        "measured_loads", "other_models_scale", "basis", "gpu_loads", "switch_overhead", "switch_power",
     }
 )  # fmt: skip
 
@@ -89,7 +89,7 @@ _RECORDED_AS_SETTING = frozenset(
 # Settings that may name a file the run reads: the job model compares the files' contents (summary.json
 # ``input_files``), not the paths as typed (``jobs.csv`` in two folders is two workloads; one file named two ways is
 # one).
-FILE_SETTINGS = ("workload", "cluster", "services", "price_csv", "carbon_csv")
+FILE_SETTINGS = ("workload", "cluster", "services", "price_csv", "carbon_csv", "profiles")
 
 
 def _sha256(path: Path) -> str:
@@ -109,9 +109,27 @@ def input_files(config: Any) -> dict[str, dict[str, str]]:
         value = getattr(config, name, None)
         if not isinstance(value, str) or not value:
             continue
+        if name == "profiles":  # a list of files, each a path or <dataset>/<file>
+            out.update(_profile_files(value, getattr(config, "data_dir", None)))
+            continue
         path = Path(value).expanduser()
         if path.is_file():
             out[name] = {"path": str(path.resolve()), "sha256": _sha256(path)}
+    return out
+
+
+def _profile_files(value: str, data_dir: str | None) -> dict[str, dict[str, str]]:
+    from ..core.errors import DataNotFoundError
+    from ..perf.profiles import resolve_path
+    from .grid import parse_list
+
+    out = {}
+    for i, name in enumerate(parse_list(value)):
+        try:
+            path = resolve_path(name, data_dir)
+        except DataNotFoundError:
+            continue
+        out[f"profiles[{i}]"] = {"path": str(path.resolve()), "sha256": _sha256(path)}
     return out
 
 

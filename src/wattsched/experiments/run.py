@@ -255,7 +255,18 @@ def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, sche
         sharing_noise=cfg.sharing_noise,
         noise_seed=cfg.seed,
         generated=cfg.performance == "generated",
+        profiles=load_run_profiles(cfg),
     )
+
+
+def load_run_profiles(cfg: SimulationConfig):
+    """The run's measured profiles (None without --profiles)."""
+    if not cfg.profiles:
+        return None
+    from ..experiments.grid import parse_list
+    from ..perf.profiles import load_profiles
+
+    return load_profiles(parse_list(cfg.profiles), cfg.data_dir)
 
 
 def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
@@ -283,6 +294,8 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
     jct = outcome.end_s - jobs.submit_s
     delay = outcome.start_s - jobs.submit_s
     cols = _job_columns(jobs)
+    if perf.profiles is not None:
+        cols["perf_source"] = perf.source.astype(str)
     cols.update(
         {
             "start_s": outcome.start_s,

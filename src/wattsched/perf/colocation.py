@@ -31,7 +31,7 @@ from ..energy.binary import PWR_FALLBACK_CPU
 from ..energy.power_models import idle_node_draw_w
 from .catalog import MODEL_FACTS, normalise
 
-SHARING_MODELS = ("slicing", "eaco")
+SHARING_MODELS = ("slicing", "eaco", "measured")
 
 # EaCO (Haghshenas & Hashemi, arXiv 2412.08294) Table 1: each job alone on one node of 8 V100.
 # model key -> (average power W, energy kWh, JCT h)
@@ -225,6 +225,10 @@ def sharing_model(name: str) -> SharingModel:
         return SLICING
     if name == "eaco":
         return calibrate()[0]
+    if name == "measured":
+        from .measured import MEASURED
+
+        return MEASURED
     raise ValueError(f"unknown sharing model {name!r}: one of {', '.join(SHARING_MODELS)}")
 
 

@@ -20,6 +20,7 @@ DVFS speed), scaled linearly with the GPU count it is given (stated assumption).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,8 @@ from .catalog import MODEL_FACTS, OWN_MEASUREMENTS, TABLE_SOURCE, normalise
 from .colocation import SLICING, SharingModel
 from .generated import SOURCE as GENERATED
 from .generated import generated_tables
+from .measured import MeasuredSharing, held_w_for
+from .profiles import Profiles, Solo
 from .restart import RestartModel
 from .tables import ScalingTable, elasticflow_tables, gavel_pairs, gavel_tables, parse_gavel_type
 
@@ -102,6 +105,13 @@ class PerformanceModel:
         self.checkpoint_gb = np.zeros(n)
         self.memory = np.zeros(n)
         self._rate_cache: dict[tuple, float] = {}
+        # Measured profiles (perf.profiles): per GPU code, each job's profile alone there (None: not covered),
+        # and the GPU load and utilisation it measured (NaN: not covered).
+        self.profiles: Profiles | None = None
+        self._profile: dict[int, list[Solo | None]] = {}
+        self._measured_load: dict[int, np.ndarray] = {}
+        self._measured_util: dict[int, np.ndarray] = {}
+        self.source = np.where(jobs.num_gpu > 0, "trace", "").astype(object)
         per_node = {
             c: int(spec.gpu_count[spec.gpu_model_code == c].max()) for c in range(len(spec.gpu_models))
         }
@@ -125,12 +135,15 @@ class PerformanceModel:
         noise_seed: int = 0,
         generated: bool = False,
         loads: SharingModel | None = None,
+        profiles: Profiles | None = None,
     ) -> tuple[PerformanceModel, JobTable]:
         """The model for this workload and cluster, and the job table with assigned model names (if any).
 
         Tables are loaded when some job names a model or models are to be assigned; a job whose model has no
         table for the cluster's GPU type keeps trace behaviour unless `assign` gives it one. `generated`: the
-        analytic tables of ``perf.generated`` instead of the measured ones (no dataset needed).
+        analytic tables of ``perf.generated`` instead of the measured ones (no dataset needed). `profiles`:
+        measured profiles; a job whose (model, batch) they cover on a GPU type runs and draws there as measured
+        (docs/perf.md §5).
         """
         wants = use_tables and (assign or bool((np.asarray(jobs.model_name, dtype=str) != "").any()))
         sources: dict[int, tuple[str, dict, dict]] = {}
@@ -158,6 +171,8 @@ class PerformanceModel:
         model.assigned = assigned
         model.assignment_counts = counts
         model._attach(keys)
+        if profiles is not None:
+            model._attach_profiles(profiles)
         return model, jobs
 
     def _attach(self, keys: dict[int, np.ndarray]) -> None:
@@ -199,6 +214,108 @@ class PerformanceModel:
         if missing:
             self.notes.append(f"{missing} GPU job(s) without a throughput table run at trace speed")
 
+    def _attach_profiles(self, profiles: Profiles) -> None:
+        """Jobs whose (model, batch) the profiles cover on a GPU type run and draw there as measured: speed alone
+        from it/s, GPU load from power (on this GPU type's idle-to-max range), utilisation for sharing. Work of a
+        job profiled on the main type, unless the trace gives iterations: trace duration x its measured rate at
+        the trace's GPU count."""
+        self.profiles = profiles
+        jobs = self.jobs
+        names = np.asarray(jobs.model_name, dtype=object).astype(str)
+        n = len(jobs)
+        self.source = np.where(self.modelled, "table", self.source).astype(object)
+        for code, gpu in enumerate(self.spec.gpu_models):
+            spec = gpu_model(gpu)
+            found: list[Solo | None] = [None] * n
+            loads = np.full(n, np.nan)
+            utils = np.full(n, np.nan)
+            for j in np.flatnonzero((names != "") & (jobs.num_gpu > 0)).tolist():
+                solo = profiles.solo(gpu, names[j], int(jobs.batch_size[j]) if jobs.batch_size[j] > 0 else 0)
+                if solo is None:
+                    continue
+                # As measured alone on a whole GPU, also for a fractional request: time-slicing does not cap a
+                # job at its share (docs/perf.md §5.1).
+                found[j] = solo
+                loads[j] = min(max((solo.power_w - spec.idle_w) / (spec.max_w - spec.idle_w), 0.0), 1.0)
+                utils[j] = solo.utilisation
+            if any(f is not None for f in found):
+                self._profile[code] = found
+                self._measured_load[code] = loads
+                self._measured_util[code] = utils
+        main = self._profile.get(self._main_or_largest())
+        if main is None:
+            if self._profile:
+                self.notes.append("profiles cover jobs only on GPU types other than the main one: used there")
+            self._mark_profiled_sources()
+            return
+        code0 = self._main_or_largest()
+        for j, solo in enumerate(main):
+            if solo is None:
+                continue
+            self.batch[j] = float(solo.batch)
+            if solo.memory_gib > 0:
+                self.memory[j] = solo.memory_gib
+            self.modelled[j] = True
+            if np.isfinite(jobs.iterations[j]):
+                self.work[j] = float(jobs.iterations[j])
+            else:
+                count = int(self.trace_gpus[j])
+                nodes = -(-count // max(self._gpus_per_node[code0], 1))
+                self.work[j] = float(jobs.duration_s[j]) * self._profile_rate(j, code0, count, nodes, 1)
+        self._mark_profiled_sources()
+        counts = {gpu: sum(f is not None for f in self._profile[c]) for c, gpu in enumerate(self.spec.gpu_models)
+                  if c in self._profile}  # fmt: skip
+        self.notes.append(
+            "measured profiles ("
+            + ", ".join(Path(f).name for f in profiles.files)
+            + "): "
+            + ", ".join(f"{k} job(s) on {g}" for g, k in counts.items())
+            + " run at their measured speed and power alone (per-job column perf_source)"
+        )
+
+    def _main_or_largest(self) -> int:
+        return self._main if self._main >= 0 else _main_code(self.spec)
+
+    def _mark_profiled_sources(self) -> None:
+        for code, found in self._profile.items():
+            for j, solo in enumerate(found):
+                if solo is not None and (code == self._main_or_largest() or self.source[j] == "trace"):
+                    self.source[j] = f"measured:{solo.source}"
+
+    def profile_of(self, job: int, gpu_code: int) -> Solo | None:
+        found = self._profile.get(gpu_code)
+        return found[job] if found is not None else None
+
+    def _profile_rate(self, job: int, code: int, num_gpus: int, nodes: int, switches: int) -> float:
+        """A profiled job's iterations per second on `num_gpus` GPUs of type `code`: its measured rate alone on
+        one GPU, scaled by its throughput table's n-GPU / 1-GPU ratio where it has one, else linearly (stated
+        assumption, docs/perf.md §5.1)."""
+        solo = self.profile_of(job, code)
+        if solo is None:  # profiled on the main type only: its rate there (proxy, like the tables')
+            solo = self.profile_of(job, self._main_or_largest())
+        rate = solo.it_per_s  # type: ignore[union-attr]
+        if num_gpus == 1:
+            return rate
+        keys = self.key.get(self._rate_code_table(job, code))
+        if keys is not None and keys[job] is not None:
+            table_code = self._rate_code_table(job, code)
+            one = self._table_rate(job, table_code, 1, 1, 1)
+            return rate * self._table_rate(job, table_code, num_gpus, nodes, switches) / one
+        return rate * num_gpus
+
+    def _rate_code_table(self, job: int, gpu_code: int) -> int:
+        keys = self.key.get(gpu_code)
+        return gpu_code if keys is not None and keys[job] is not None else self._main
+
+    def _rate_from_profile(self, job: int, gpu_code: int) -> bool:
+        """Profiled on this type; or profiled on the main type with no table here (its rate there stands in)."""
+        if self._profiled(job, gpu_code):
+            return True
+        return self._profiled(job, self._main_or_largest()) and not self.has_table(job, gpu_code)
+
+    def _profiled(self, job: int, gpu_code: int) -> bool:
+        return gpu_code in self._profile and self._profile[gpu_code][job] is not None
+
     # --- rates ----------------------------------------------------------------------------------------------
     def speed(self, gpu_code: int, setting: GpuSetting) -> float:
         """DVFS speed factor of a setting on a GPU type (1 at the default setting)."""
@@ -235,16 +352,20 @@ class PerformanceModel:
 
     def _rate_code(self, job: int, gpu_code: int) -> int:
         """The GPU type whose table gives a modelled job's rate on `gpu_code`: its own, else the main type's
-        (documented proxy, docs/perf.md); -1 for a job counted in seconds."""
+        (documented proxy, docs/perf.md); -1 for a job counted in seconds or one without any table (profiled)."""
         if not self.modelled[job] or gpu_code < 0:
             return -1
-        return gpu_code if self.has_table(job, gpu_code) else self._main
+        code = gpu_code if self.has_table(job, gpu_code) else self._main
+        keys = self.key.get(code)
+        return code if keys is not None and keys[job] is not None else -1
 
     def solo_rate(
         self, job: int, gpu_code: int, num_gpus: int, nodes: int, switches: int, setting: GpuSetting
     ) -> float:
         """Work units per second with the job alone on its GPUs."""
         speed = self.speed(gpu_code, setting)
+        if self._profile and num_gpus > 0 and gpu_code >= 0 and self._rate_from_profile(job, gpu_code):
+            return self._profile_rate(job, gpu_code, num_gpus, nodes, switches) * speed
         code = self._rate_code(job, gpu_code)
         if code >= 0 and num_gpus > 0:
             return self._table_rate(job, code, num_gpus, nodes, switches) * speed
@@ -265,13 +386,18 @@ class PerformanceModel:
 
     def gpu_load(self, job: int, gpu_code: int, setting: GpuSetting) -> float:
         """Utilisation the job adds to each of its GPUs, times its setting's dynamic-power scale."""
-        load = self.job_load[job]
+        measured = self._measured_load.get(gpu_code)
+        load = self.job_load[job] if measured is None or np.isnan(measured[job]) else measured[job]
         scale = self.power_scale(gpu_code, setting)
-        return load if scale == 1.0 else load * scale
+        return float(load) if scale == 1.0 else float(load) * scale
 
-    def slicing_utilisation(self, job: int) -> float:
-        """The job's solo GPU utilisation, which the sharing model divides among co-runners (the job model's load:
-        the same under every sharing model, so a job alone on its GPUs runs and draws the same under any)."""
+    def slicing_utilisation(self, job: int, gpu_code: int | None = None) -> float:
+        """The job's solo GPU utilisation, which the sharing model divides among co-runners: measured where a
+        profile covers the job on this GPU type, else the job model's load (the same under every sharing model,
+        so a job alone on its GPUs runs and draws the same under any)."""
+        measured = self._measured_util.get(self._main_or_largest() if gpu_code is None else gpu_code)
+        if measured is not None and not np.isnan(measured[job]):
+            return float(measured[job])
         return float(self.job_load[job])
 
     def shared_factor(self, job: int, gpu_code: int, co_runners: Sequence[Sequence[int]]) -> float:
@@ -292,7 +418,7 @@ class PerformanceModel:
         throughputs; otherwise the sharing model (time-slicing: on a GPU whose jobs' utilisations sum to U > 1,
         each gets 1/U of its solo speed; `eaco` adds interference)."""
         factor = 1.0
-        own = self.slicing_utilisation(job)
+        own = self.slicing_utilisation(job, gpu_code)
         sharing = self.sharing
         for others in co_runners:
             if not others:
@@ -301,7 +427,7 @@ class PerformanceModel:
             if measured is not None:
                 factor = min(factor, measured)
                 continue
-            factor = min(factor, sharing.speed(own, [self.slicing_utilisation(k) for k in others]))
+            factor = min(factor, sharing.speed(own, [self.slicing_utilisation(k, gpu_code) for k in others]))
         return factor
 
     def shared_load(
@@ -314,12 +440,31 @@ class PerformanceModel:
         solo loads (``job_load``, the same under every sharing model): beta says what share of a co-runner's solo
         draw the GPU adds, so a job alone draws what it draws under any model."""
         load = self.gpu_load(job, gpu_code, setting)
+        if not co_runners or not co_runners[0]:
+            return load
+        if isinstance(self.sharing, MeasuredSharing):
+            return self._measured_shared_load(job, gpu_code, load, co_runners[0])
         beta = self.sharing.power_overlap
-        if beta == 1.0 or not co_runners or not co_runners[0]:
+        if beta == 1.0:
             return load
         own = self.job_load[job]
         on_top = all(own > self.job_load[k] or (own == self.job_load[k] and job < k) for k in co_runners[0])
         return load if on_top else beta * load
+
+    def _measured_shared_load(self, job: int, gpu_code: int, load: float, others: Sequence[int]) -> float:
+        """The job's part of its GPU's load under the measured sharing model: an equal part of the held draw
+        above idle, plus its term of the set's power (perf.measured), as a share of the GPU's dynamic range; the
+        parts of all jobs on the GPU add up to the set's draw."""
+        spec = gpu_model(self.spec.gpu_models[gpu_code])
+        span = spec.max_w - spec.idle_w
+        held, _ = held_w_for(self.profiles, spec.name)
+        members = [job, *others]
+        utils = [self.slicing_utilisation(k, gpu_code) for k in members]
+        powers = [spec.idle_w + span * min(1.0, load)] + [
+            spec.idle_w + span * min(1.0, self.gpu_load(k, gpu_code, DEFAULT_SETTING)) for k in others
+        ]
+        _, terms = self.sharing.power_terms_w(utils, powers, held)  # type: ignore[attr-defined]
+        return ((held - spec.idle_w) / len(members) + float(terms[0])) / span
 
     def _pair_factor(self, job: int, gpu_code: int, others: Sequence[int]) -> float | None:
         if len(others) != 1 or gpu_code < 0 or gpu_code not in self.sources:
@@ -393,6 +538,10 @@ class PerformanceModel:
         }
         if self.sharing_noise > 0:
             out["sharing_noise"] = self.sharing_noise
+        if self.profiles is not None:
+            kinds = [str(s).split(":")[0] for s in self.source if s]
+            out["profiles"] = self.profiles.describe()
+            out["jobs_by_perf_source"] = {k: kinds.count(k) for k in sorted(set(kinds))}
         if self.assigned.any():
             out["model_assignment"] = {
                 "rule": ASSIGNMENT_RULE,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import DataNotFoundError, InputError
+from ..core.errors import DataNotFoundError, InputError, WattschedError
 from .catalog import normalise
 
 # The dataset's columns, in its order. ``wattsched profile`` and the agent write these and EXTRA_COLUMNS.
@@ -75,25 +75,40 @@ class MeasuredSet:
 class Profiles:
     """Everything read from one or more profile files."""
 
-    solos: dict[tuple[str, str, int], Solo] = field(default_factory=dict)
+    solos: dict[tuple[str, str, int, str], Solo] = field(default_factory=dict)
     sets: list[MeasuredSet] = field(default_factory=list)
     bare_idle_w: dict[str, list[float]] = field(default_factory=dict)
     held_idle_w: dict[str, list[float]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256
 
-    def solo(self, gpu: str, model: str, batch: int = 0) -> Solo | None:
-        """The profile of `model` alone on `gpu` at `batch`; with batch 0 (unknown) the smallest batch measured."""
+    def solo(self, gpu: str, model: str, batch: int = 0, regime: str | None = None) -> Solo | None:
+        """The profile of `model` alone on `gpu` at `batch` (0, unknown: the smallest batch measured), in `regime`
+        (None: the only one measured; a model measured in two regimes must be given one)."""
         key = normalise(model)
-        if batch > 0:
-            return self.solos.get((gpu, key, int(batch)))
-        found = [s for (g, m, _), s in self.solos.items() if g == gpu and m == key]
-        return min(found, key=lambda s: s.batch) if found else None
+        found = [
+            s for (g, m, b, r), s in self.solos.items()
+            if g == gpu and m == key and (batch <= 0 or b == int(batch)) and (regime is None or r == regime)
+        ]  # fmt: skip
+        if not found:
+            return None
+        regimes = sorted({s.regime for s in found})
+        if len(regimes) > 1:
+            raise WattschedError(
+                f"{model} on {gpu} is profiled in regimes {', '.join(regimes)} ({', '.join(self.files)}): "
+                "give the profiles of one regime"
+            )
+        return min(found, key=lambda s: s.batch)
+
+    def of_set(self, measured: MeasuredSet) -> list[Solo] | None:
+        """The members of a measured set alone, in the set's regime (None if one was not measured alone)."""
+        solos = [self.solos.get((measured.gpu, m, b, measured.regime)) for m, b in measured.members]
+        return None if any(s is None for s in solos) else solos  # type: ignore[return-value]
 
     def gpus(self) -> list[str]:
-        return sorted({g for g, _, _ in self.solos} | set(self.bare_idle_w) | set(self.held_idle_w))
+        return sorted({k[0] for k in self.solos} | set(self.bare_idle_w) | set(self.held_idle_w))
 
     def models(self, gpu: str | None = None) -> list[str]:
-        return sorted({m for g, m, _ in self.solos if gpu is None or g == gpu})
+        return sorted({k[1] for k in self.solos if gpu is None or k[0] == gpu})
 
     def held_w(self, gpu: str) -> float | None:
         """Measured draw of the GPU holding job contexts but computing nothing (mean of the readings)."""
@@ -133,10 +148,10 @@ def resolve_path(name: str | Path, data_dir: str | Path | None = None) -> Path:
 def load_profiles(
     paths: Sequence[str | Path], data_dir: str | Path | None = None, default_gpu: str | None = None
 ) -> Profiles:
-    """Read profile files into one :class:`Profiles`. Windows of the same (GPU, model, batch) alone are averaged
-    within a file's regime; the same key measured in two regimes is an error (which one a job follows is ambiguous)."""
+    """Read profile files into one :class:`Profiles`. Windows of the same (GPU, model, batch, regime) alone are
+    averaged (the dataset's repeats)."""
     out = Profiles()
-    singles: dict[tuple[str, str, int], list[tuple[dict, str]]] = {}
+    singles: dict[tuple[str, str, int, str], list[tuple[dict, str]]] = {}
     for name in paths:
         path = resolve_path(name, data_dir)
         raw = path.read_bytes()
@@ -158,7 +173,9 @@ def load_profiles(
                 continue
             row["memory_gib"] = row["memory_gib"] or memory.get(row["model"], 0.0)
             if row["jobs_in_set"] == 1:
-                singles.setdefault((row["gpu"], row["model"], row["batch"]), []).append((row, str(path)))
+                singles.setdefault((row["gpu"], row["model"], row["batch"], row["regime"]), []).append(
+                    (row, str(path))
+                )
             else:
                 groups.setdefault(
                     (row["gpu"], row["regime"], row["set"], row["repeat"], row["limit"]), []
@@ -174,22 +191,16 @@ def load_profiles(
                 f"{path.name}:{','.join(str(m['line']) for m in members)}",
             ))  # fmt: skip
     for key, entries in singles.items():
-        regimes = {row["regime"] for row, _ in entries}
-        if len(regimes) > 1:
-            row, where = entries[-1]
-            raise InputError(where, row["line"], "regime",
-                             f"{key[1]} at batch {key[2]} on {key[0]} is measured in regimes {sorted(regimes)}: "
-                             "give the files of one regime")  # fmt: skip
         out.solos[key] = _mean_solo(key, entries)
     return out
 
 
-def _mean_solo(key: tuple[str, str, int], entries: list[tuple[dict, str]]) -> Solo:
+def _mean_solo(key: tuple[str, str, int, str], entries: list[tuple[dict, str]]) -> Solo:
     rows = [row for row, _ in entries]
     speeds = [r["it_per_s"] for r in rows]
     mean_speed = sum(speeds) / len(speeds)
     return Solo(
-        gpu=key[0], model=key[1], batch=key[2], regime=rows[0]["regime"], it_per_s=mean_speed,
+        gpu=key[0], model=key[1], batch=key[2], regime=key[3], it_per_s=mean_speed,
         power_w=sum(r["power_w"] for r in rows) / len(rows),
         utilisation=sum(r["util"] for r in rows) / len(rows), windows=len(rows),
         spread=(max(speeds) - min(speeds)) / mean_speed if mean_speed > 0 else 0.0,

@@ -58,8 +58,8 @@ _SPACE = np.frombuffer(_WHITESPACE.encode(), dtype=np.uint8)
 
 GENERIC_REQUIRED = ("job_id", "submit_time", "duration", "num_gpu")
 GENERIC_OPTIONAL = (
-    "gpu_milli", "cpu_milli", "memory_mib", "gpu_model", "job_class", "model_name", "deadline", "deadline_at",
-    "user",
+    "gpu_milli", "cpu_milli", "memory_mib", "gpu_model", "job_class", "model_name", "batch_size", "deadline",
+    "deadline_at", "user",
 )  # fmt: skip
 GENERIC_FIELDS = (*GENERIC_REQUIRED, *GENERIC_OPTIONAL)
 _MAPPING_HINT = "; a trace with other column names: map them with --columns FIELD=COLUMN"
@@ -311,7 +311,7 @@ def _finish(
     if np.isfinite(origin) and origin != 0:
         unit = "timestamp" if epoch_times else "submit time"
         notes.append(f"submit times re-based: the earliest {unit} is 0 s")
-    for name in ("num_gpu", "gpu_milli", "cpu_milli", "memory_mib"):
+    for name in ("num_gpu", "gpu_milli", "cpu_milli", "memory_mib", "batch_size"):
         if kept.get(name) is not None:
             kept[name] = np.asarray(kept[name], dtype=np.float64).astype(np.int64)
     jobs = JobTable.build(submit_s=submit, source_line=v.lines[idx], source=source, notes=notes, **kept)
@@ -644,7 +644,8 @@ def read_generic_csv(
     labels: dict[str, str] = {}
     columns, layout_note = _with_elasticflow_mapping(df, columns)
     if layout_note:
-        notes.append(layout_note)
+        notes.append(layout_note + "; its batch_size is not used (as before profiles existed)")
+        df = df.drop(columns=["batch_size"])
     if columns:
         df, labels, mapping_notes = _map_generic_columns(df, path, columns)
         notes += mapping_notes
@@ -675,8 +676,10 @@ def read_generic_csv(
     check_gpu_request(v, num, milli, ("num_gpu", "gpu_milli"))
     cpu = np.nan_to_num(optional_number("cpu_milli", 0), nan=0.0)
     mem = np.nan_to_num(optional_number("memory_mib", 0), nan=0.0)
+    batch = np.nan_to_num(optional_number("batch_size", 0), nan=0.0)
     check_non_negative(v, cpu, "cpu_milli")
     check_non_negative(v, mem, "memory_mib")
+    check_non_negative(v, batch, "batch_size")
     deadline, deadline_note = _generic_deadline(v, df, path, submit, duration, epoch_times, optional_number)
     spec = normalise_gpu_spec(v, df["gpu_model"], "gpu_model") if "gpu_model" in df else None
     job_class = parse_job_class(v, df["job_class"], "job_class") if "job_class" in df else None
@@ -689,6 +692,7 @@ def read_generic_csv(
         job_id=ids, submit_s=submit, duration_s=duration, num_gpu=num, gpu_milli=milli, cpu_milli=cpu,
         memory_mib=mem, gpu_spec=spec, job_class=job_class,
         model_name=_text(df["model_name"]) if "model_name" in df else None,
+        batch_size=batch if "batch_size" in df else None,
         deadline_s=deadline, user=_text(df["user"]) if "user" in df else None,
     )  # fmt: skip
 
