@@ -251,6 +251,17 @@ def eaco(
         float, typer.Option(help="prediction noise: std. dev. of a shared job's true speed around the model")
     ] = 0.05,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/eaco"),
+    profiles: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE[,FILE]",
+            help="measured profile CSV(s): jobs get profiled models, run and draw as measured, sharing model "
+            "'measured' (docs/perf.md §5); use with --gpu-type",
+        ),
+    ] = None,
+    gpu_type: Annotated[
+        str | None, typer.Option(help="GPU type of every node (e.g. H200) instead of the clusters' V100")
+    ] = None,
     columns: ColumnsOption = None,
     workers: WorkersOption = None,
     backend: BackendOption = "process",
@@ -271,7 +282,7 @@ def eaco(
             result = run_experiment(
                 nodes=sizes, seeds=seeds, policies=names, workload=workload, max_jobs=max_jobs or None,
                 noise=noise, out=out, workers=workers, data_dir=data_dir, progress=progress,
-                columns=column_mapping(columns), execution=execution,
+                columns=column_mapping(columns), execution=execution, profiles=profiles, gpu_type=gpu_type,
             )  # fmt: skip
     s = result.summary
     console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")

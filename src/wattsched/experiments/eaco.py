@@ -83,21 +83,27 @@ class Setup:
     noise: float = DEFAULT_NOISE
     data_dir: str | None = None
     columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
+    # Measured profiles (docs/perf.md §5) and the GPU type of the cluster's nodes: with profiles, jobs get profiled
+    # models, run and draw as measured, and share GPUs under the sharing model fitted to measurement.
+    profiles: str | None = None
+    gpu_type: str | None = None
 
     def config(self, policy: str, nodes: int, seed: int) -> SimulationConfig:
+        measured = {"profiles": self.profiles, "sharing_model": "measured", "gpu_loads": "catalog"}
+        eaco = {"gpu_loads": "eaco-measured", "sharing_model": "eaco"}
         return SimulationConfig(
             workload=self.workload,
             columns=self.columns,
             cluster=CLUSTERS[nodes],
+            gpu_type=self.gpu_type,
             max_jobs=self.max_jobs,
             data_dir=self.data_dir,
             seed=seed,
             performance="tables",
             assign_models="always",
-            gpu_loads="eaco-measured",
-            sharing_model="eaco",
             sharing_noise=self.noise,
             power_manager="idle-timeout",
+            **(measured if self.profiles else eaco),
             **POLICIES[policy],
         )
 
@@ -193,6 +199,8 @@ def run_experiment(
     plots: bool = True,
     columns: Mapping[str, str] | None = None,
     execution: Execution | None = None,
+    profiles: str | None = None,
+    gpu_type: str | None = None,
 ) -> ExperimentResult:
     """Every policy x cluster size x seed; write results.csv, summary.md and the plots into `out`."""
     from .run import load_inputs
@@ -204,7 +212,10 @@ def run_experiment(
         raise WattschedError(f"--seeds must be at least 1, got {seeds}")
     if not 0.0 <= noise <= 1.0:
         raise WattschedError(f"--noise must be in [0, 1], got {noise}")
-    setup = Setup(workload, max_jobs, noise, None if data_dir is None else str(data_dir), dict(columns or {}))
+    setup = Setup(
+        workload, max_jobs, noise, None if data_dir is None else str(data_dir), dict(columns or {}), profiles,
+        gpu_type,
+    )  # fmt: skip
     inputs = load_inputs(setup.config(names[0], sizes[0], FIRST_SEED))  # fail early on missing data
     for n in sizes:  # the policies of one cluster size and seed are compared: one job model
         require_one_job_model({p: setup.config(p, n, FIRST_SEED) for p in names}, f"eaco on {n} nodes")
@@ -284,6 +295,19 @@ def _h(seconds: float) -> str:
     return f"{seconds / 3600:.1f}"
 
 
+def _job_model_line(setup: Mapping[str, Any]) -> str:
+    if setup.get("profiles"):
+        return (
+            f"- Every run: jobs get models measured in `{setup['profiles']}` (uniform over its profiled models; "
+            "docs/perf.md §5) and run and draw as measured alone; sharing model `measured` (fitted to the H200 "
+            "sets of two, docs/perf.md §5.2)"
+        )
+    return (
+        "- Every run: jobs' GPU loads measured by EaCO (Table 1; `gpu_loads: eaco-measured`), sharing model `eaco` "
+        "(EaCO's own published setting: fitted to its Table 1 and Table 3, docs/eaco.md §2)"
+    )
+
+
 def render_summary(s: dict[str, Any]) -> str:
     setup = s["setup"]
     lines = [
@@ -298,9 +322,12 @@ def render_summary(s: dict[str, Any]) -> str:
         f"- Workload `{setup['workload']}`"
         + (f", its first {setup['max_jobs']} jobs by submission" if setup["max_jobs"] else "")
         + f": {s['jobs']} jobs (Gavel job types; not raw Philly data).",
-        "- Clusters: " + ", ".join(f"`{CLUSTERS[n]}` ({n} nodes x 8 V100)" for n in sorted(s["per"])) + ".",
-        "- Every run: jobs' GPU loads measured by EaCO (Table 1; `gpu_loads: eaco-measured`), sharing model `eaco` "
-        "(fitted to EaCO's Table 1 and Table 3, docs/eaco.md §2), prediction "
+        "- Clusters: "
+        + ", ".join(
+            f"`{CLUSTERS[n]}` ({n} nodes x 8 {setup.get('gpu_type') or 'V100'})" for n in sorted(s["per"])
+        )
+        + ".",
+        _job_model_line(setup) + ", prediction "
         f"noise sigma = {setup['noise']:g} (the simulator's truth around the model; reconstructed: the paper "
         "gives no error size), throughput tables, power manager `idle-timeout` (empty nodes off), ElasticFlow "
         "restart costs.",

@@ -45,6 +45,11 @@ ASSIGNMENT_RULE = (
     "(as Gavel assigns job types uniformly at random)"
 )
 
+PROFILE_ASSIGNMENT_RULE = (
+    "uniform at random (seeded) over the (model, batch) pairs measured alone on the cluster's main GPU type, for "
+    "every GPU job the profiles do not already cover"
+)
+
 GENERATED_NOTE = (
     "throughput tables GENERATED from an analytic data-parallel scaling law (perf/generated.py, docs/perf.md "
     "§1.1), not measurements: for runs without datasets such as the demo"
@@ -160,7 +165,14 @@ class PerformanceModel:
         keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
         assigned = np.zeros(len(jobs), dtype=bool)
         counts: dict[str, int] = {}
-        if assign and sources:
+        main_gpu = spec.gpu_models[_main_code(spec)] if spec.gpu_models else ""
+        if assign and profiles is not None and profiles.models(main_gpu):
+            jobs, assigned, counts = _assign_profiled(
+                jobs, profiles, main_gpu, rng or np.random.default_rng(0)
+            )
+            keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
+            notes.append(f"models assigned from the profiles on {main_gpu}: {PROFILE_ASSIGNMENT_RULE}")
+        elif assign and sources:
             jobs, assigned, counts = _assign(jobs, spec, sources, keys, rng or np.random.default_rng(0))
             keys = {code: _resolve(jobs, src[1]) for code, src in sources.items()}
         model = cls(
@@ -613,4 +625,29 @@ def _assign(jobs: JobTable, spec: ClusterSpec, sources, keys, rng: np.random.Gen
         counts[name] = counts.get(name, 0) + 1
     from dataclasses import replace
 
+    return replace(jobs, model_name=model_name, batch_size=batch, iterations=iterations), need, counts
+
+
+def _assign_profiled(jobs: JobTable, profiles: Profiles, gpu: str, rng: np.random.Generator):
+    """Give every GPU job the profiles do not cover a profiled (model, batch) of `gpu` (PROFILE_ASSIGNMENT_RULE)."""
+    from dataclasses import replace
+
+    choices = sorted({(s.model, s.batch) for k, s in profiles.solos.items() if k[0] == gpu})
+    names = np.asarray(jobs.model_name, dtype=object).astype(str)
+    need = np.array(
+        [
+            jobs.num_gpu[j] > 0
+            and (not names[j] or profiles.solo(gpu, names[j], int(jobs.batch_size[j])) is None)
+            for j in range(len(jobs))
+        ],
+        dtype=bool,
+    )
+    model_name = np.asarray(jobs.model_name, dtype=object).copy()
+    batch = jobs.batch_size.copy()
+    counts: dict[str, int] = {}
+    for j in np.flatnonzero(need).tolist():
+        name, size = choices[int(rng.integers(len(choices)))]
+        model_name[j], batch[j] = name, size
+        counts[name] = counts.get(name, 0) + 1
+    iterations = np.where(need, np.nan, jobs.iterations)
     return replace(jobs, model_name=model_name, batch_size=batch, iterations=iterations), need, counts
