@@ -101,7 +101,7 @@ def test_two_regimes_of_one_model_are_ambiguous(tmp_path):
 def test_missing_file_is_a_clear_error():
     from wattsched.core.errors import DataNotFoundError
 
-    with pytest.raises(DataNotFoundError, match="nowhere.csv"):
+    with pytest.raises(DataNotFoundError, match=r"nowhere\.csv"):
         load_profiles(["nowhere.csv"])
 
 
