@@ -82,7 +82,9 @@ def _synthetic_profiles(model: MeasuredSharing) -> Profiles:
     }  # fmt: skip
     out = Profiles()
     for name, (u, p, rate) in solos.items():
-        out.solos[("H200", name, 8, "gpu-bound")] = Solo("H200", name, 8, "gpu-bound", rate, p, u, 1, 0, 0, "x")
+        out.solos[("H200", name, 8, "gpu-bound")] = Solo(
+            "H200", name, 8, "gpu-bound", rate, p, u, 1, 0, 0, "x"
+        )
     out.held_idle_w["H200"] = [150.0]
     for pair in (("a", "b"), ("a", "c"), ("b", "c")):
         utils = [solos[m][0] for m in pair]

@@ -119,7 +119,8 @@ def test_cli_colocate_json_with_fixture_profiles():
 
 def test_cli_colocate_unknown_model_is_one_line():
     result = runner.invoke(
-        app, ["perf", "colocate", "--profiles", str(FIXTURES / "pair.csv"), "--models", "nope", "--gpu", "H200"]
+        app,
+        ["perf", "colocate", "--profiles", str(FIXTURES / "pair.csv"), "--models", "nope", "--gpu", "H200"],
     )
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "no profile of 'nope'" in result.output
