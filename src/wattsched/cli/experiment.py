@@ -256,7 +256,7 @@ def eaco(
         typer.Option(
             metavar="FILE[,FILE]",
             help="measured profile CSV(s): jobs get profiled models, run and draw as measured, sharing model "
-            "'measured' (docs/perf.md §5); use with --gpu-type",
+            "'measured' (docs/perf.md §9); use with --gpu-type",
         ),
     ] = None,
     gpu_type: Annotated[

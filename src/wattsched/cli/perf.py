@@ -46,7 +46,7 @@ def colocate_cmd(
     """Predicted power, speed and energy of a set of training jobs sharing GPUs, against each job alone.
 
     With --profiles: each job's speed as a fraction of alone, the GPU's power and the energy saving of the set
-    time-slicing one GPU, from measured profiles (sharing model `measured`, docs/perf.md §5). Without: EaCO's
+    time-slicing one GPU, from measured profiles (sharing model `measured`, docs/perf.md §9). Without: EaCO's
     quantities (Tables 1 and 3) under EaCO's own published fit (`eaco`, docs/eaco.md §2)."""
     names = [m.strip() for m in models.split(",") if m.strip()]
     if profiles:
@@ -131,7 +131,7 @@ def fit_sharing_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
 ) -> None:
     """Fit the measured sharing model (switch overhead, switch power) to the profiles' sets of two, and show
-    each set's error: the fit and the model wattsched ships (docs/perf.md §5.2)."""
+    each set's error: the fit and the model wattsched ships (docs/perf.md §9.2)."""
     from ..perf.measured import MEASURED, check_rows, fit_sharing
 
     with user_errors():

@@ -44,7 +44,7 @@ class GpuModel:
         return self.held_w is not None
 
 
-# H200 measured for this project (h200-colocation-probe, docs/perf.md §5): bare idle 78.1 W (no process, 345 MHz);
+# H200 measured for this project (h200-colocation-probe, docs/perf.md §9): bare idle 78.1 W (no process, 345 MHz);
 # with job contexts alive and nothing computing 163.3 W (gpu-bound run) and 135.2 W (input-bound run), mean 149.3 W.
 H200_BARE_W = 78.1
 H200_HELD_W = 149.3

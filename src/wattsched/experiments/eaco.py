@@ -83,7 +83,7 @@ class Setup:
     noise: float = DEFAULT_NOISE
     data_dir: str | None = None
     columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
-    # Measured profiles (docs/perf.md §5) and the GPU type of the cluster's nodes: with profiles, jobs get profiled
+    # Measured profiles (docs/perf.md §9) and the GPU type of the cluster's nodes: with profiles, jobs get profiled
     # models, run and draw as measured, and share GPUs under the sharing model fitted to measurement.
     profiles: str | None = None
     gpu_type: str | None = None
@@ -299,8 +299,8 @@ def _job_model_line(setup: Mapping[str, Any]) -> str:
     if setup.get("profiles"):
         return (
             f"- Every run: jobs get models measured in `{setup['profiles']}` (uniform over its profiled models; "
-            "docs/perf.md §5) and run and draw as measured alone; sharing model `measured` (fitted to the H200 "
-            "sets of two, docs/perf.md §5.2)"
+            "docs/perf.md §9) and run and draw as measured alone; sharing model `measured` (fitted to the H200 "
+            "sets of two, docs/perf.md §9.2)"
         )
     return (
         "- Every run: jobs' GPU loads measured by EaCO (Table 1; `gpu_loads: eaco-measured`), sharing model `eaco` "

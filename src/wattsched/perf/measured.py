@@ -1,4 +1,4 @@
-"""GPU sharing calibrated on measured profiles (docs/perf.md §5): ``--sharing-model measured``.
+"""GPU sharing calibrated on measured profiles (docs/perf.md §9): ``--sharing-model measured``.
 
 Jobs that time-slice one GPU are described by what each does alone: its utilisation ``u`` (the GPU's busy
 fraction) and its GPU power ``P``. The GPU held by the set, computing nothing, draws ``P_h`` (its held draw, from
@@ -29,7 +29,7 @@ from ..core.gpus import gpu_model
 from .colocation import SharingModel
 from .profiles import MeasuredSet, Profiles
 
-# Fitted on h200-colocation-probe gpu-bound.csv + input-bound.csv, sets of two (docs/perf.md §5.2; reproduced by
+# Fitted on h200-colocation-probe gpu-bound.csv + input-bound.csv, sets of two (docs/perf.md §9.2; reproduced by
 # `wattsched perf fit-sharing` and tests/unit/test_measured_sharing.py when the dataset is present).
 H200_SWITCH_OVERHEAD = 0.125
 H200_SWITCH_POWER = 0.296
@@ -41,7 +41,7 @@ class MeasuredSharing(SharingModel):
     name: str = "measured"
     switch_overhead: float = H200_SWITCH_OVERHEAD  # o: share of GPU time lost to context switches
     switch_power: float = H200_SWITCH_POWER  # lambda: switching draws this share of the mean busy draw
-    basis: str = "fitted to h200-colocation-probe sets of two (docs/perf.md §5.2)"
+    basis: str = "fitted to h200-colocation-probe sets of two (docs/perf.md §9.2)"
 
     def speeds(self, utilisations: Sequence[float]) -> np.ndarray:
         """Each job's speed relative to alone with jobs of these utilisations on one GPU."""

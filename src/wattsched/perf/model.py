@@ -148,7 +148,7 @@ class PerformanceModel:
         table for the cluster's GPU type keeps trace behaviour unless `assign` gives it one. `generated`: the
         analytic tables of ``perf.generated`` instead of the measured ones (no dataset needed). `profiles`:
         measured profiles; a job whose (model, batch) they cover on a GPU type runs and draws there as measured
-        (docs/perf.md §5).
+        (docs/perf.md §9).
         """
         wants = use_tables and (assign or bool((np.asarray(jobs.model_name, dtype=str) != "").any()))
         sources: dict[int, tuple[str, dict, dict]] = {}
@@ -246,7 +246,7 @@ class PerformanceModel:
                 if solo is None:
                     continue
                 # As measured alone on a whole GPU, also for a fractional request: time-slicing does not cap a
-                # job at its share (docs/perf.md §5.1).
+                # job at its share (docs/perf.md §9.1).
                 found[j] = solo
                 loads[j] = min(max((solo.power_w - spec.idle_w) / (spec.max_w - spec.idle_w), 0.0), 1.0)
                 utils[j] = solo.utilisation
@@ -301,7 +301,7 @@ class PerformanceModel:
     def _profile_rate(self, job: int, code: int, num_gpus: int, nodes: int, switches: int) -> float:
         """A profiled job's iterations per second on `num_gpus` GPUs of type `code`: its measured rate alone on
         one GPU, scaled by its throughput table's n-GPU / 1-GPU ratio where it has one, else linearly (stated
-        assumption, docs/perf.md §5.1)."""
+        assumption, docs/perf.md §9.1)."""
         solo = self.profile_of(job, code)
         if solo is None:  # profiled on the main type only: its rate there (proxy, like the tables')
             solo = self.profile_of(job, self._main_or_largest())

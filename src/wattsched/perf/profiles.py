@@ -1,7 +1,7 @@
 """Measured GPU profiles: the profile CSV (docs/data-formats.md, "Profile CSV"), read and written.
 
 A profile file holds one row per job per measurement window, in the layout of the ``h200-colocation-probe``
-dataset (one NVIDIA H200, measured for this project; docs/perf.md §5): a window of one job alone (a set of one)
+dataset (one NVIDIA H200, measured for this project; docs/perf.md §9): a window of one job alone (a set of one)
 or of several jobs time-slicing one GPU (a set of N, one row per job, the GPU's power repeated on each). A second
 layout, the dataset's ``batch-sweep.csv``, adds a ``state`` column: ``training`` rows are jobs alone, the idle
 states are the GPU's draw with no process (``idle-no-context*``) and with a job's context alive but not computing
