@@ -55,7 +55,8 @@ class MeasuredSharing(SharingModel):
             left -= busy[i]
         return np.minimum(busy / u, 1.0)
 
-    def speed(self, own: float, others: Sequence[float]) -> float:
+    def speed(self, own: float, others: Sequence[float], busy_scale: float | None = None) -> float:
+        # Utilisations are busy fractions already: no scale applies (busy_scale is the EaCO model's).
         if not others:
             return 1.0
         return float(self.speeds([own, *others])[0])

@@ -432,6 +432,9 @@ class PerformanceModel:
         factor = 1.0
         own = self.slicing_utilisation(job, gpu_code)
         sharing = self.sharing
+        # The loads' busy fraction per unit load: catalog loads are utilisations already; measured ones carry
+        # the scale of the model they came from (docs/eaco.md §2).
+        busy_scale = self.loads.busy_scale if self.loads is not None else 1.0
         for others in co_runners:
             if not others:
                 continue
@@ -439,7 +442,8 @@ class PerformanceModel:
             if measured is not None:
                 factor = min(factor, measured)
                 continue
-            factor = min(factor, sharing.speed(own, [self.slicing_utilisation(k, gpu_code) for k in others]))
+            loads = [self.slicing_utilisation(k, gpu_code) for k in others]
+            factor = min(factor, sharing.speed(own, loads, busy_scale))
         return factor
 
     def shared_load(
