@@ -105,6 +105,7 @@ VALUES = {
     "checkpoint_interval_s": ("600", 600.0),
     "restart_model": ("fixed", "fixed"),
     "sharing_model": ("eaco", "eaco"),
+    "profiles": ("a.csv,b.csv", "a.csv,b.csv"),
     "gpu_loads": ("eaco-measured", "eaco-measured"),
     "sharing_noise": ("0.1", 0.1),
     "deadline_slack": ("1.5", 1.5),
@@ -264,3 +265,9 @@ def test_bad_flag_values_are_one_error_line(tmp_path, args, message):
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+
+
+def test_profiles_choose_the_measured_sharing_model_unless_one_is_named():
+    assert SimulationConfig(profiles="p.csv").sharing_model == "measured"
+    assert SimulationConfig(profiles="p.csv", sharing_model="slicing").sharing_model == "slicing"
+    assert SimulationConfig().sharing_model == "slicing"
