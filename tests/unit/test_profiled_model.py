@@ -141,3 +141,17 @@ def test_done_when_commands_on_the_dataset(regime):
         assert all(0.25 < s < 0.35 for s in speeds) and out["set"]["energy_saving"] < 0
     else:
         assert speeds == pytest.approx([1.0, 1.0, 1.0]) and out["set"]["energy_saving"] > 0.3
+
+
+def test_experiments_carry_the_profiles_into_every_run():
+    from wattsched.experiments import cedla, eaco, powerflow
+
+    configs = [
+        eaco.Setup(profiles="p.csv", gpu_type="H200").config("fifo", 28, 42),
+        powerflow.Setup("w", "c", profiles="p.csv").config("fifo", 42),
+        cedla.Setup("w", "c", 2023, 3.0, "default", None, None, profiles="p.csv").config("cedla", "US-CAL-CISO"),
+    ]
+    for cfg in configs:
+        assert cfg.profiles == "p.csv" and cfg.sharing_model == "measured"
+    assert configs[0].gpu_type == "H200" and configs[0].gpu_loads == "catalog"
+    assert eaco.Setup().config("fifo", 28, 42).sharing_model == "eaco"  # EaCO's own setting without profiles

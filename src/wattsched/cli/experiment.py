@@ -54,6 +54,11 @@ _COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("colum
 ColumnsOption = Annotated[
     list[str] | None, typer.Option(_COLUMNS.flag, help=escape(_COLUMNS.help), metavar=_COLUMNS.metavar)
 ]
+# Measured profiles: the same option as `simulate --profiles`, from the same config field.
+_PROFILES = next(o for o in config_options(SimulationConfig) if o.path == ("profiles",))
+ProfilesOption = Annotated[
+    str | None, typer.Option(_PROFILES.flag, help=escape(_PROFILES.help), metavar=_PROFILES.metavar)
+]
 
 
 def _notice(line: str) -> None:
@@ -159,6 +164,7 @@ def powerflow(
         ),
     ] = "always-on,idle-timeout",
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/powerflow"),
+    profiles: ProfilesOption = None,
     columns: ColumnsOption = None,
     workers: WorkersOption = None,
     backend: BackendOption = "process",
@@ -192,6 +198,7 @@ def powerflow(
             managers[0],
             data_dir,
             column_mapping(columns),
+            profiles,
         )
         with progress_bar(f"powerflow {workload}", enabled=not quiet) as progress:
             if len(managers) == 1:
@@ -251,14 +258,7 @@ def eaco(
         float, typer.Option(help="prediction noise: std. dev. of a shared job's true speed around the model")
     ] = 0.05,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/eaco"),
-    profiles: Annotated[
-        str | None,
-        typer.Option(
-            metavar="FILE[,FILE]",
-            help="measured profile CSV(s): jobs get profiled models, run and draw as measured, sharing model "
-            "'measured' (docs/perf.md §9); use with --gpu-type",
-        ),
-    ] = None,
+    profiles: ProfilesOption = None,
     gpu_type: Annotated[
         str | None, typer.Option(help="GPU type of every node (e.g. H200) instead of the clusters' V100")
     ] = None,
@@ -322,6 +322,7 @@ def cedla(
         int | None, typer.Option(help="keep the first N training jobs by submission (0: all)", min=0)
     ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/cedla"),
+    profiles: ProfilesOption = None,
     columns: ColumnsOption = None,
     price_csv: Annotated[
         str | None,
@@ -363,7 +364,7 @@ def cedla(
                 cluster=cluster, deadline_slack=deadline_slack, services=services, max_jobs=max_jobs or None,
                 out=out, workers=workers, data_dir=data_dir, progress=progress,
                 signals=Signals(price_csv, carbon_csv, signal_tz, signal_fill, signal_max_gap_hours),
-                columns=column_mapping(columns), execution=execution,
+                columns=column_mapping(columns), execution=execution, profiles=profiles,
             )  # fmt: skip
     for reg, e in result.summary["per"].items():
         for p, r in e["policies"].items():

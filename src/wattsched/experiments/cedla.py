@@ -89,6 +89,7 @@ class Setup:
     data_dir: str | None
     signals: Signals = field(default_factory=Signals)
     columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
+    profiles: str | None = None  # measured profiles (docs/perf.md §9), the same for every run
 
     def config(self, policy: str, region: str) -> SimulationConfig:
         return SimulationConfig(
@@ -103,6 +104,7 @@ class Setup:
             max_jobs=self.max_jobs,
             data_dir=self.data_dir,
             performance="tables",  # one job model for queue + placement and allocation policies alike
+            profiles=self.profiles,
             **POLICIES[policy],
         )
 
@@ -208,6 +210,7 @@ def run_experiment(
     signals: Signals | None = None,
     columns: Mapping[str, str] | None = None,
     execution: Execution | None = None,
+    profiles: str | None = None,
 ) -> ExperimentResult:
     """Every policy x region (or the user's own market of `signals.price_csv`); write results.csv, summary.md and
     the plots into `out`."""
@@ -230,6 +233,7 @@ def run_experiment(
         None if data_dir is None else str(data_dir),
         signals,
         dict(columns or {}),
+        profiles,
     )
     inputs = load_inputs(setup.config(names[0], regs[0]))  # fail early on missing data
     for r in regs:  # the policies of one region are compared: one job model

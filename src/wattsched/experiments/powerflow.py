@@ -157,6 +157,7 @@ class Setup:
     power_manager: str = "always-on"
     data_dir: str | None = None
     columns: dict[str, str] = field(default_factory=dict)  # of a generic job CSV workload
+    profiles: str | None = None  # measured profiles (docs/perf.md §9), the same for every run
 
     def config(self, policy: str, seed: int, cap: float | None = None, budget_kwh: float | None = None):
         """The run's config: `policy` is a baseline name or ``powerflow``; `cap` an SM-clock fraction (1 or
@@ -179,6 +180,7 @@ class Setup:
             assign_models="always",
             power_model="dvfs",
             power_manager=self.power_manager,
+            profiles=self.profiles,
             **knobs,
         )
 
@@ -354,6 +356,7 @@ def prepare(
     power_manager: str = "always-on",
     data_dir: str | Path | None = None,
     columns: Mapping[str, str] | None = None,
+    profiles: str | None = None,
 ) -> Prepared:
     """Check every setting and load the workload and cluster once, before any run starts."""
     from ..engine.power import PowerStateConfig
@@ -366,7 +369,7 @@ def prepare(
     fractions = budget_fractions(budget_points)
     power_manager_from_config(power_manager, PowerStateConfig())
     data_dir = None if data_dir is None else str(data_dir)
-    setup = Setup(workload, cluster, gpu_type, power_manager, data_dir, dict(columns or {}))
+    setup = Setup(workload, cluster, gpu_type, power_manager, data_dir, dict(columns or {}), profiles)
     inputs = load_inputs(setup.config(names[0], FIRST_SEED))
     require_one_job_model(
         {n: setup.config(n, FIRST_SEED) for n in [*names, "powerflow"]}, "the powerflow experiment"
@@ -470,12 +473,14 @@ def run_experiment(
     plots: bool = True,
     columns: Mapping[str, str] | None = None,
     execution: Execution | None = None,
+    profiles: str | None = None,
 ) -> ExperimentResult:
     """Run the equal-energy comparison and the sweeps; write the CSVs, summary.md and the plots into `out`."""
     started = time.perf_counter()
     prep = prepared or prepare(
-        workload, cluster, gpu_type, seeds, baselines, budget_points, caps, power_manager, data_dir, columns
-    )
+        workload, cluster, gpu_type, seeds, baselines, budget_points, caps, power_manager, data_dir, columns,
+        profiles,
+    )  # fmt: skip
     execution = execution or Execution()
     grid_started = time.perf_counter()
     records, workers = run_grid(prep, workers, progress, out, execution)
