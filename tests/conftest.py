@@ -90,10 +90,10 @@ def make_sim(jobs, spec, queue="fifo", placement="first-fit", seed=0, observers=
 
 class StepIntegrator(Observer):
     """An independent check of the energy ledger: at every event interval, cluster power is recomputed from
-    scratch from the simulator's live state (node power states, CPU left, the jobs on each GPU and their loads)
-    and multiplied by the interval's length. Slow and simple on purpose."""
+    scratch from the simulator's live state (node power states, CPU left, the jobs on each GPU, their loads and
+    phases) and multiplied by the interval's length. Slow and simple on purpose."""
 
-    COMPONENTS = ("gpu_active", "gpu_idle", "cpu", "node_base", "power_transitions")
+    COMPONENTS = ("gpu_active", "gpu_held", "gpu_idle", "cpu", "node_base", "power_transitions")
 
     def __init__(self, model_name: str, node_base_w: float, off_power_w: float = 0.0):
         from wattsched.energy.power_models import POWER_MODELS
@@ -107,26 +107,37 @@ class StepIntegrator(Observer):
         self.model.bind(sim.spec)
 
     def on_interval(self, sim, t0: float, t1: float) -> None:
-        from wattsched.core.states import BOOTING, OFF, ON, SHUTTING_DOWN
+        from wattsched.core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 
         dt = t1 - t0
         spec, model = sim.spec, self.model
-        loads: dict[tuple[int, int], float] = {}
+        loads: dict[tuple[int, int], float] = {}  # computing jobs' summed load per GPU
+        held: set[tuple[int, int]] = set()  # GPUs with a job that holds them without computing
         for job in sim.running:
             placement = sim.log.placements[int(sim.alloc_id[job])]
+            computing = sim.phase[job] == PHASE_RUNNING
             for node, gpus, _, _ in placement:
                 for g in gpus:
-                    loads[(node, g)] = loads.get((node, g), 0.0) + float(sim.load[job])
+                    if computing:
+                        loads[(node, g)] = loads.get((node, g), 0.0) + float(sim.load[job])
+                    else:
+                        held.add((node, g))
         states = sim.power.power_state if sim.power is not None else np.zeros(spec.num_nodes, dtype=int)
         for node in range(spec.num_nodes):
             idx = np.array([node])
             state = int(states[node])
             if state == ON:
-                busy = [(node, g) for g in range(int(spec.gpu_count[node])) if (node, g) in loads]
-                for key in busy:
-                    self.energy["gpu_active"] += float(model.gpu_busy_w(np.array([loads[key]]), idx)[0]) * dt
-                free = int(model.gpu_count[node]) - len(busy)
-                self.energy["gpu_idle"] += free * float(model.gpu_idle_w[node]) * dt
+                idle_w, held_w = float(model.gpu_idle_w[node]), float(model.gpu_held_w[node])
+                for g in range(int(spec.gpu_count[node])):
+                    if (node, g) in loads:
+                        busy = float(model.gpu_busy_w(np.array([loads[(node, g)]]), idx)[0])
+                        self.energy["gpu_active"] += busy * dt
+                        if (node, g) in held:  # the held draw is the floor of a GPU anything holds
+                            self.energy["gpu_held"] += max(held_w - busy, 0.0) * dt
+                    else:
+                        self.energy["gpu_idle"] += idle_w * dt
+                        if (node, g) in held:
+                            self.energy["gpu_held"] += (held_w - idle_w) * dt
                 self.energy["cpu"] += float(model.cpu_w(np.array([sim.state.cpu_left[node]]), idx)[0]) * dt
                 self.energy["node_base"] += self.base * dt
             elif state in (BOOTING, SHUTTING_DOWN):

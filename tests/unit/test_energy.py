@@ -59,6 +59,7 @@ def test_hand_computed_energy_per_component_and_pue_overhead():
     it = gpu_active + gpu_idle + cpu + node_base  # 65 750 J
     expected = {
         "gpu_active": 46_500.0,
+        "gpu_held": 0.0,  # no job restarts
         "gpu_idle": 6_000.0,
         "cpu": 8_250.0,
         "node_base": 5_000.0,

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.states import ON, POWER_STATE_NAMES
+from ..core.cluster import MILLI
+from ..core.states import ON, PHASE_RUNNING, POWER_STATE_NAMES
 from ..energy.power_models import LinearModel
 from ..policies.contract import InvalidDecision, PowerManager, Scheduler
 from .base import BackendError, ClusterBackend
@@ -56,7 +57,8 @@ class LiveMetrics:
         self.nodes = Gauge("wattsched_nodes", "Nodes by power state", ["power_state"], registry=r)
         self.power = Gauge(
             "wattsched_cluster_power_watts",
-            "Cluster power estimated by the linear model (powered nodes; busy GPUs at full load)",
+            "Cluster power estimated by the linear model (powered nodes; GPUs of running jobs at full load, of "
+            "starting ones at the held draw)",
             registry=r,
         )
 
@@ -165,16 +167,26 @@ class LiveDriver:
         m.power.set(self.power_estimate_w())
 
     def power_estimate_w(self) -> float:
-        """Powered nodes at idle draw plus every allocated GPU at full load (the linear model, docs/energy.md)."""
+        """Powered nodes at idle draw; GPUs of running jobs at full load, and GPUs held by jobs the cluster
+        manager has not reported running yet (allocated, computing nothing) at the held draw (the linear model
+        and the GPU power states of docs/energy.md)."""
         c = self.cluster
         model, state = self.power_model, c.state
         nodes = np.flatnonzero(c.power_state == ON)
         if nodes.size == 0:
             return 0.0
-        busy = (c.spec.gpu_count[nodes] - state.free_gpus[nodes]).astype(np.float64)
+        allocated = (state.gpu_left >= 0) & (state.gpu_left < MILLI)
+        computing = np.zeros_like(allocated)
+        for job, target in c.targets.items():
+            if c.phase[job] == PHASE_RUNNING:
+                for node, gpus, _, _ in target.placement:
+                    computing[node, list(gpus)] = True
+        running = (allocated & computing)[nodes].sum(axis=1)
+        held = (allocated & ~computing)[nodes].sum(axis=1)
         gpu = (
-            model.gpu_idle_w[nodes] * (c.spec.gpu_count[nodes] - busy)
-            + model.gpu_busy_w(np.ones(nodes.size), nodes) * busy
+            model.gpu_idle_w[nodes] * (c.spec.gpu_count[nodes] - running - held)
+            + model.gpu_busy_w(np.ones(nodes.size), nodes) * running
+            + model.gpu_held_w[nodes] * held
         )
         cpu = model.cpu_w(state.cpu_left[nodes], nodes)
         return float((gpu + cpu).sum() + model.default_node_base_w * nodes.size)

@@ -5,6 +5,9 @@ A model gives, vectorised over any set of nodes or GPU segments:
 * ``gpu_busy_w(load, nodes)``: the draw of a GPU holding at least one job, whose jobs' utilisations (times their
   DVFS power scale) sum to ``load``;
 * ``gpu_idle_w[nodes]``: the draw of a GPU holding none (on a powered-on node);
+* ``gpu_held_w[nodes]``: the draw of a GPU held by jobs that compute nothing (restarting: process start,
+  checkpoint load), with their CUDA contexts alive (``GpuModel.held_draw_w``: measured where the catalogue has it);
+* ``gpu_state_w(...)``: the draw of a GPU holding jobs in either state (docs/energy.md, "GPU power states");
 * ``cpu_w(cpu_left, nodes)``: the CPU sockets' draw with ``cpu_left`` milli-CPU unallocated.
 
 Node power = GPUs + CPU + node base (memory, NICs, fans, disks), times PUE for the facility.
@@ -17,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..core.cluster import ClusterSpec
+from ..core.gpus import catalog_column
 from ..core.registry import Registry
 from .binary import PWR_FALLBACK_CPU, BinaryPowerModel, CpuPowerSpec
 
@@ -42,9 +46,24 @@ class PowerModel:
         self.gpu_max_w = self._pwr.gpu_max_w  # [N] W per GPU at full load
         self.gpu_count = self._pwr.gpu_count
         self.sockets = self._pwr.sockets
+        held = catalog_column(spec.gpu_models, "held_draw_w") if spec.gpu_models else np.zeros(1)
+        code = np.maximum(spec.gpu_model_code, 0)
+        self.gpu_held_w = np.where(self.gpu_count > 0, held[code], 0.0)  # [N] W per GPU held, not computing
 
     def gpu_busy_w(self, load: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def gpu_state_w(
+        self, load: np.ndarray, computing: np.ndarray, held: np.ndarray, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(draw, held excess) of GPUs holding at least one job. `computing`: some job on it computes, its
+        computing jobs' loads summing to `load`; `held`: some job holds it without computing. A computing GPU
+        draws ``gpu_busy_w(load)``, a GPU only held ``gpu_held_w``; with both, the held draw is the floor (the
+        held job's context keeps the clock up). The held excess is what held jobs add: above the computing
+        draw, or above bare idle on a GPU nothing computes on."""
+        base = np.where(computing, self.gpu_busy_w(load, nodes), self.gpu_idle_w[nodes])
+        draw = np.where(held, np.maximum(base, self.gpu_held_w[nodes]), base)
+        return draw, draw - base
 
     def cpu_w(self, cpu_left: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -73,6 +92,10 @@ class BinaryModel(PowerModel):
     name = "binary"
     description = "PWR model: allocated GPU at TDP, free GPU at idle; CPU sockets as the PWR code"
     default_node_base_w = 0.0
+
+    def bind(self, spec: ClusterSpec) -> None:
+        super().bind(spec)
+        self.gpu_held_w = self.gpu_max_w  # PWR charges any allocation at TDP, held or computing
 
     def gpu_busy_w(self, load: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         return self.gpu_max_w[nodes]

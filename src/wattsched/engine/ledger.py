@@ -2,18 +2,24 @@
 
 Power is piecewise constant between events, so energy is a finite sum. Rather than updating a power meter in
 Python at every event, the ledger rebuilds every constant-power segment after the run from what the engine
-already records (the allocation log: every placement a job held, from when to when, at what GPU load; node
-power-state transitions) and sums them with a few sorted numpy passes. The result is the same exact integral,
-at a small fraction of the per-event cost. Restarts are charged like running: the GPUs are held at the job's load.
+already records (the allocation log: every placement a job held, from when to when, at what GPU load and in which
+phase; node power-state transitions) and sums them with a few sorted numpy passes. The result is the same exact
+integral, at a small fraction of the per-event cost.
+
+A GPU is in one of four power states (docs/energy.md, "GPU power states"): off with its node, bare idle (on, no
+job), held (allocated to jobs that compute nothing: a job restarting, i.e. starting its process and loading its
+checkpoint) or computing. A restarting job's GPUs draw the held draw (``PowerModel.gpu_held_w``), not its load.
 
 Segments are of two kinds:
 
 * node segments: between consecutive changes of a node's CPU allocation or power state. An ON node draws
   ``G x P_idle(GPU) + P_cpu(allocation) + base``; a node booting or shutting down draws its idle power (booked as
   ``power_transitions``); an OFF node draws ``off_power_w``.
-* GPU segments: while a GPU holds at least one job, between changes of its jobs' summed load (utilisation times
-  the GPU setting's power scale). It draws ``gpu_busy_w(load)`` instead of its idle power, so the segment adds
-  ``gpu_busy_w - P_idle``.
+* GPU segments: while a GPU holds at least one job, between changes of its computing jobs' summed load
+  (utilisation times the GPU setting's power scale) or of which of its jobs compute. It draws
+  ``PowerModel.gpu_state_w`` instead of its idle power, so the segment adds that minus ``P_idle``. A computing GPU
+  is booked in ``gpu_active`` (its whole draw); what held jobs add is ``gpu_held`` (above bare idle on a GPU only
+  held, where its bare idle stays in ``gpu_idle``; above the computing draw on a shared GPU).
 
 Cost and carbon multiply each segment's power by the integral of the aligned hourly signal over it.
 
@@ -29,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
+from ..core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
 from .observers import Observer
 from .power import NodePower
@@ -38,7 +44,15 @@ from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
 if TYPE_CHECKING:
     from .temporal import Simulator
 
-COMPONENTS = ("gpu_active", "gpu_idle", "cpu", "node_base", "power_transitions", "facility_overhead")
+COMPONENTS = (
+    "gpu_active",
+    "gpu_held",
+    "gpu_idle",
+    "cpu",
+    "node_base",
+    "power_transitions",
+    "facility_overhead",
+)
 
 
 def _segments_of(sorted_keys: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +163,7 @@ class EnergyLedger(Observer):
     def _allocations(self, sim: Simulator):
         """Flatten the allocation log into per-node and per-GPU holding intervals (job order, then time)."""
         width = max(sim.spec.max_gpus_per_node, 1)
-        rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load"))
+        rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load", "phase"))
         placements = sim.log.placements
         # Typed arrays, not lists of tuples: 10^6 jobs would otherwise cost hundreds of MB of Python objects.
         node_iv, node_id, node_cpu, gpu_iv, gpu_id = (array("q") for _ in range(5))
@@ -163,17 +177,24 @@ class EnergyLedger(Observer):
                     gpu_id.append(node * width + g)
         nodes = np.stack([np.frombuffer(a, dtype=np.int64) for a in (node_iv, node_id, node_cpu)], axis=1)
         gpus = np.stack([np.frombuffer(a, dtype=np.int64) for a in (gpu_iv, gpu_id)], axis=1)
-        return nodes.reshape(-1, 3), gpus.reshape(-1, 2), rows["time_s"], rows["end_s"], rows["load"], width
+        computing = rows["phase"] == PHASE_RUNNING
+        times = rows["time_s"], rows["end_s"]
+        return nodes.reshape(-1, 3), gpus.reshape(-1, 2), *times, rows["load"], computing, width
 
     def _integrate(self, sim: Simulator) -> None:
-        nodes, gpus, start, end, load, width = self._allocations(sim)
+        nodes, gpus, start, end, load, computing, width = self._allocations(sim)
         # Each pass returns only its segments; its event arrays are freed on return (10^6 jobs: ~10^7 events).
-        g_t0, g_dt, g_node, g_busy_w = self._gpu_segments(gpus, start, end, load, width)
+        g_t0, g_dt, g_node, g_draw_w, g_held_w, g_computing = self._gpu_segments(
+            gpus, start, end, load, computing, width
+        )
         n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(sim, nodes, start, end)
         del nodes, gpus
         model, spec = self.model, sim.spec
         g_idle = model.gpu_idle_w[g_node]
-        g_excess = g_busy_w - g_idle
+        g_excess = g_draw_w - g_idle
+        # A GPU only held keeps its bare idle in gpu_idle; a computing one moves all of its draw to gpu_active.
+        g_active_w = np.where(g_computing, g_draw_w - g_held_w, 0.0)
+        g_idle_out = np.where(g_computing, g_idle, 0.0)
         on = n_state == ON
         moving = (n_state == BOOTING) | (n_state == SHUTTING_DOWN)
         gpu_idle_w = np.where(on, model.gpu_idle_w[n_node] * model.gpu_count[n_node], 0.0)
@@ -183,12 +204,13 @@ class EnergyLedger(Observer):
         trans_w += np.where(n_state == OFF, self.off_power_w, 0.0)
 
         e = self._energy
-        e[0] = float(g_busy_w @ g_dt)
-        e[1] = float(gpu_idle_w @ n_dt) - float(g_idle @ g_dt)
-        e[2] = float(cpu_w @ n_dt)
-        e[3] = float(base_w @ n_dt)
-        e[4] = float(trans_w @ n_dt)
-        e[5] = (self.pue - 1.0) * float(e[:5].sum())
+        e[0] = float(g_active_w @ g_dt)
+        e[1] = float(g_held_w @ g_dt)
+        e[2] = float(gpu_idle_w @ n_dt) - float(g_idle_out @ g_dt)
+        e[3] = float(cpu_w @ n_dt)
+        e[4] = float(base_w @ n_dt)
+        e[5] = float(trans_w @ n_dt)
+        e[6] = (self.pue - 1.0) * float(e[:6].sum())
 
         # The cluster's power over time: every segment as +w at its start and -w at its end.
         seg_t0 = np.concatenate([n_t0, g_t0])
@@ -210,22 +232,32 @@ class EnergyLedger(Observer):
         }
         self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
 
-    def _gpu_segments(self, gpus: np.ndarray, start, end, load, width: int):
-        """GPU segments while a GPU holds a job: events +load/+1 where an interval starts, -load/-1 at its end."""
+    def _gpu_segments(self, gpus: np.ndarray, start, end, load, computing, width: int):
+        """GPU segments while a GPU holds a job: where an interval starts, events +load (computing only) and +1
+        computing or +1 held job; the opposite at its end. Returns (t0, dt, node, draw W, held excess W,
+        computing) per segment."""
         g_job, g_id = gpus[:, 0], gpus[:, 1]
         t = np.concatenate([start[g_job], end[g_job]])
         gid = np.concatenate([g_id, g_id])
         order = np.lexsort((t, gid))
         t, gid = t[order], gid[order]
-        cum_load = np.cumsum(np.concatenate([load[g_job], -load[g_job]])[order])
-        signs = np.concatenate([np.ones(len(g_job), dtype=np.int32), -np.ones(len(g_job), dtype=np.int32)])
-        cum_count = np.cumsum(signs[order])
-        del order, signs
+        on = computing[g_job]
+        run_load = np.where(on, load[g_job], 0.0)
+        cum_load = np.cumsum(np.concatenate([run_load, -run_load])[order])
+        step = on.astype(np.int32)
+        cum_computing = np.cumsum(np.concatenate([step, -step])[order])
+        step = 1 - step
+        cum_held = np.cumsum(np.concatenate([step, -step])[order])
+        del order, step, run_load, on
         k, dt = _segments_of(gid, t)
-        busy = cum_count[k] > 0
+        busy = (cum_computing[k] > 0) | (cum_held[k] > 0)
         k, dt = k[busy], dt[busy]
         node = gid[k] // width
-        return t[k], dt, node, self.model.gpu_busy_w(np.maximum(cum_load[k], 0.0), node)
+        computing_now = cum_computing[k] > 0
+        draw, held = self.model.gpu_state_w(
+            np.maximum(cum_load[k], 0.0), computing_now, cum_held[k] > 0, node
+        )
+        return t[k], dt, node, draw, held, computing_now
 
     def _node_segments(self, sim: Simulator, nodes: np.ndarray, start, end):
         """Node segments: initial ON state, CPU deltas, power-state transitions and a closing event, per node."""

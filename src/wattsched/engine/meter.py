@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
+from ..core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 from .alloc_log import NO_ALLOC
 from .observers import Observer
 
@@ -34,13 +34,14 @@ class PowerMeter(Observer):
         self.sim = sim
         n = spec.num_nodes
         self.width = max(spec.max_gpus_per_node, 1)
-        self.gpu_load = np.zeros(n * self.width)
-        self.gpu_holders = np.zeros(n * self.width, dtype=np.int64)
+        self.gpu_load = np.zeros(n * self.width)  # summed load of the computing jobs on each GPU
+        self.gpu_computing = np.zeros(n * self.width, dtype=np.int64)  # jobs computing on each GPU
+        self.gpu_held = np.zeros(n * self.width, dtype=np.int64)  # jobs holding it without computing
         self.cpu_alloc = np.zeros(n, dtype=np.int64)
         self.state = np.full(n, ON, dtype=np.int64)
-        self.job_alloc: dict[int, tuple[int, float]] = {}
+        self.job_alloc: dict[int, tuple[int, float, bool]] = {}  # job -> (alloc, load, computing)
         self.node_w = np.array([self._node_w(node) for node in range(n)])
-        self.busy_excess_w = np.zeros(n * self.width)  # busy minus idle draw per GPU holding a job
+        self.busy_excess_w = np.zeros(n * self.width)  # draw minus idle per GPU holding a job
         self.total_w = float(self.node_w.sum())
         self.energy_raw_j = 0.0
         self.t_last = sim.now
@@ -70,21 +71,26 @@ class PowerMeter(Observer):
     def _refresh_gpu(self, flat_gpu: int) -> None:
         node = flat_gpu // self.width
         new = 0.0
-        if self.gpu_holders[flat_gpu] > 0:
+        computing, held = self.gpu_computing[flat_gpu] > 0, self.gpu_held[flat_gpu] > 0
+        if computing or held:
             model = self.ledger.model
             load = np.array([max(self.gpu_load[flat_gpu], 0.0)])
-            new = float(model.gpu_busy_w(load, np.array([node]))[0] - model.gpu_idle_w[node])
+            draw, _ = model.gpu_state_w(load, np.array([computing]), np.array([held]), np.array([node]))
+            new = float(draw[0] - model.gpu_idle_w[node])
         self.total_w += new - self.busy_excess_w[flat_gpu]
         self.busy_excess_w[flat_gpu] = new
 
-    def _hold(self, alloc: int, load: float, sign: int) -> None:
+    def _hold(self, alloc: int, load: float, computing: bool, sign: int) -> None:
         for node, gpus, cpu, _ in self.sim.log.placements[alloc]:
             self.cpu_alloc[node] += sign * cpu
             self._refresh_node(node)
             for g in gpus:
                 flat = node * self.width + g
-                self.gpu_load[flat] += sign * load
-                self.gpu_holders[flat] += sign
+                if computing:
+                    self.gpu_load[flat] += sign * load
+                    self.gpu_computing[flat] += sign
+                else:
+                    self.gpu_held[flat] += sign
                 self._refresh_gpu(flat)
 
     def _advance(self, t: float) -> None:
@@ -114,12 +120,12 @@ class PowerMeter(Observer):
             job = int(rows["job"][i])
             previous = self.job_alloc.pop(job, None)
             if previous is not None:
-                self._hold(previous[0], previous[1], -1)
+                self._hold(*previous, -1)
             alloc = int(rows["alloc"][i])
             if alloc != NO_ALLOC:
-                load = float(rows["load"][i])
-                self.job_alloc[job] = (alloc, load)
-                self._hold(alloc, load, +1)
+                held = (alloc, float(rows["load"][i]), bool(rows["phase"][i] == PHASE_RUNNING))
+                self.job_alloc[job] = held
+                self._hold(*held, +1)
         self.rows_seen = len(log)
         self.transitions_seen = len(transitions)
         self._advance(sim.now)

@@ -21,7 +21,8 @@ import numpy as np
 from ..core.errors import WattschedError
 
 J_PER_KWH = 3.6e6
-# Components a node draws with no jobs (pre-PUE), in the order of ``ledger.COMPONENTS``' non-active entries.
+# Components a node draws with no jobs (pre-PUE), in ``ledger.COMPONENTS``' order; with no job nothing computes or
+# is held, so gpu_active and gpu_held stay at their own-window figures.
 TAIL_COMPONENTS = ("gpu_idle", "cpu", "node_base", "power_transitions")
 
 

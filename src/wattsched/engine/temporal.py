@@ -648,7 +648,9 @@ class Simulator:
         for k in jobs:
             if k in skip or self.status[k] != STATUS_RUNNING:
                 continue
-            if self.phase[k] == PHASE_RESTARTING:  # no progress to re-rate, but it draws power next to them
+            # Restarting: no progress to re-rate and it draws the held draw, but its load is kept current (and
+            # logged) for when it computes.
+            if self.phase[k] == PHASE_RESTARTING:
                 load = self._load_now(k)
                 if load != self.load[k]:
                     self.load[k] = load

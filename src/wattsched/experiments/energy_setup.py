@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..core.gpus import gpu_model
 from ..energy.power_models import POWER_MODELS
 from ..engine.ledger import EnergyLedger
 from ..engine.power import NodePower
@@ -32,6 +33,7 @@ class EnergySetup:
             "node_base_w": self.ledger.node_base_w,
             "pue": self.ledger.pue,
             "power_states": self.power.config.model_dump(),
+            "gpu_held_w": self._held_draws(),
         }
         if self.setting_rule is not None:
             info["dvfs"] = self.setting_rule.describe()
@@ -42,6 +44,19 @@ class EnergySetup:
         out["energy_model"] = info
         # The draw after the run's own end, to charge it over a common window when compared (experiments/window).
         out["tail_power"] = self.ledger.tail().to_dict()
+        return out
+
+    def _held_draws(self) -> dict[str, dict[str, Any]]:
+        """Per GPU type of the cluster: the draw of a GPU held without computing, and where it comes from."""
+        model = self.ledger.model
+        out = {}
+        for name in model.spec.gpu_models:
+            g = gpu_model(name)
+            if model.name == "binary":
+                out[name] = {"w": g.max_w, "basis": "TDP: the PWR model charges any allocation at TDP"}
+            else:
+                basis = "measured" if g.held_measured else "reconstructed: idle + 0.114 x (max - idle)"
+                out[name] = {"w": g.held_draw_w, "basis": basis}
         return out
 
 
