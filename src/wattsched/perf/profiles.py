@@ -96,7 +96,7 @@ class Profiles:
 
     solos: dict[tuple[str, str, int], Solo] = field(default_factory=dict)  # at the GPU's own power limit
     sets: list[MeasuredSet] = field(default_factory=list)
-    capped: dict[tuple[str, str, int, float], Solo] = field(default_factory=dict)  # alone under a set limit (W)
+    capped: dict[tuple[str, str, int, float], Solo] = field(default_factory=dict)  # alone, under a limit W
     power_only: list[PowerReading] = field(default_factory=list)
     bare_idle_w: dict[str, list[float]] = field(default_factory=dict)
     held_idle_w: dict[str, list[float]] = field(default_factory=dict)
