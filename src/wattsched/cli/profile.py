@@ -25,8 +25,11 @@ def _numbers(text: str | None, option: str, kind: type = float) -> list:
         raise typer.BadParameter(f"{option}: a comma-separated list of numbers, got {text!r}") from None
 
 
-def _check_target(out: Path, append: bool) -> None:
-    """Fail before measuring, not after: the directory exists, and an --append target is a profile file."""
+def _check_target(out: Path, append: bool) -> int:
+    """Fail before measuring, not after: the directory exists, and an --append target is a profile file. Returns
+    the first repeat number to use: past the file's own, so that appended windows of a set stay apart."""
+    import csv
+
     from ..core.errors import InputError
     from ..perf.profiles import EXTRA_COLUMNS, PROFILE_COLUMNS
 
@@ -34,9 +37,14 @@ def _check_target(out: Path, append: bool) -> None:
         raise InputError(out, None, None, f"directory {out.parent} does not exist")
     if append and out.is_file():
         with out.open(newline="") as handle:
-            header = handle.readline().strip().split(",")
-        if header != list(PROFILE_COLUMNS + EXTRA_COLUMNS):
-            raise InputError(out, 1, None, "not a wattsched profile file (other columns); give a new file")
+            reader = csv.DictReader(handle)
+            if list(reader.fieldnames or []) != list(PROFILE_COLUMNS + EXTRA_COLUMNS):
+                raise InputError(
+                    out, 1, None, "not a wattsched profile file (other columns); give a new file"
+                )
+            repeats = [int(r["repeat"]) for r in reader if (r["repeat"] or "").strip().isdigit()]
+        return max(repeats, default=-1) + 1
+    return 0
 
 
 def profile_command(
@@ -110,12 +118,12 @@ def profile_command(
         jobs = label_jobs(jobs)
         chosen = plan_sets(jobs, _numbers(sets, "--sets", int), named_set or [])
         limits = _numbers(power_limits, "--power-limits")
-        _check_target(out, append)
+        first_repeat = _check_target(out, append)
         library, runner = _nvml_and_runner(nvml, device_index, regime, warmup_steps, python)
         profiler = Profiler(
             library, runner, jobs, chosen, device_index=device_index, regime=regime, window_s=window_s,
             repeats=repeats, idle_s=idle_s, power_limits_w=limits, sample_interval_s=sample_ms / 1000,
-            gpu_name=gpu_name,
+            gpu_name=gpu_name, first_repeat=first_repeat,
             on_window=None if quiet else (lambda line: err_console.print(line, highlight=False, markup=False)),
         )  # fmt: skip
         try:

@@ -80,6 +80,7 @@ class Profiler:
     regime: str = "gpu-bound"
     window_s: float = 10.0
     repeats: int = 1
+    first_repeat: int = 0  # the repeat column's first value (--append continues a file's numbering)
     idle_s: float = 4.0
     power_limits_w: Sequence[float] = ()
     sample_interval_s: float = 0.05
@@ -162,7 +163,7 @@ class Profiler:
         for limit in (None, *self.power_limits_w):
             if limit is not None:
                 agent.set_power_limit(device.index, limit)
-            for repeat in range(self.repeats):
+            for repeat in range(self.first_repeat, self.first_repeat + self.repeats):
                 for members in self.sets:
                     window_rows = self._window(sampler, gpu, members, repeat, limit)
                     rows.extend(window_rows)
