@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .jobmeter import JobMeter
 from .nvml import AgentError, GpuDevice, GpuReading, gpu_count, init_nvml
 
 logger = logging.getLogger("wattsched.agent.server")  # the name the agent's log lines always had
@@ -67,6 +68,7 @@ class GpuAgent:
         init_nvml(nvml)
         self.devices = [GpuDevice(nvml, index) for index in range(gpu_count(nvml))]
         self.changed: dict[int, ChangedSettings] = {}
+        self.jobs = JobMeter(self.devices, self.hostname)  # per-job windows from the job hooks (jobmeter.py)
         self._lock = threading.Lock()  # one NVML change at a time, and none after close()
         self._closed = False
 
@@ -181,6 +183,7 @@ class GpuAgent:
                 return []
             self._closed = True
             failures = self._restore_all()
+        self.jobs.close()
         for failure in failures:
             logger.error("could not restore: %s", failure)
         try:

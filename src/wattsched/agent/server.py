@@ -1,11 +1,12 @@
 """The node agent: DCGM-named Prometheus metrics and a small JSON API for power limits and locked SM clocks.
 
 Endpoints (docs/agent.md): ``GET /metrics``, ``GET /gpus``, ``GET /gpus/<i>``, ``POST /gpus/<i>/power-limit``
-``{"watts": W}``, ``POST /gpus/<i>/locked-clocks`` ``{"min_mhz": a, "max_mhz": b}``, ``DELETE`` on either
-to reset it, and ``DELETE /gpus/<i>`` to reset both. The agent binds 127.0.0.1 by default and answers
-changes only from loopback peers even when bound wider. Every setting it changes is restored (the power
-limit to its value before the agent's first change, locked clocks reset) on ``close()``, which
-``serve_until_stopped`` calls on normal exit, SIGTERM and SIGINT.
+``{"watts": W}``, ``POST /gpus/<i>/locked-clocks`` ``{"min_mhz": a, "max_mhz": b}``, ``DELETE`` on either to
+reset it, and ``DELETE /gpus/<i>`` to reset both; the job hooks ``POST /jobs/<id>/start`` ``{"gpus": [...]}``
+and ``POST /jobs/<id>/end``, and ``GET /windows?after=N`` for their measurements (jobmeter.py). The agent binds
+127.0.0.1 by default and answers changes only from loopback peers even when bound wider. Every setting it
+changes is restored (the power limit to its value before the agent's first change, locked clocks reset) on
+``close()``, which ``serve_until_stopped`` calls on normal exit, SIGTERM and SIGINT.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ _UNTYPED = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}
 LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 
 _GPU_PATH = re.compile(r"^/gpus/(\d+)(?:/(power-limit|locked-clocks))?/?$")
+_JOB_PATH = re.compile(r"^/jobs/([A-Za-z0-9_.:-]+)/(start|end)/?$")
 
 
 class DcgmCollector:
@@ -95,6 +97,16 @@ def _is_loopback(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_loopback
+
+
+def _after(query: str) -> int:
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key == "after":
+            if not value.isdigit():
+                raise AgentError(f"after= needs a window number, got {value!r}", 400)
+            return int(value)
+    return 0
 
 
 def _number(body: dict[str, Any], key: str, kind: str) -> float:
@@ -158,7 +170,30 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
 
     def _route(self, method: str) -> tuple[int, dict[str, Any]]:
         agent = self.server.agent
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
+        if path in ("/windows", "/windows/"):
+            if method != "GET":
+                raise AgentError(f"{method} {path} is not allowed; use GET", 405)
+            return 200, agent.jobs.windows(_after(query))
+        job = _JOB_PATH.match(path)
+        if job is not None:
+            if method != "POST":
+                raise AgentError(f"{method} {path} is not allowed; use POST", 405)
+            if not _is_loopback(self.client_address[0]):
+                raise AgentError(
+                    f"job hooks are accepted from localhost only, not {self.client_address[0]}", 403
+                )
+            if job.group(2) == "end":
+                return 200, agent.jobs.end(job.group(1))
+            body = self._json_body()
+            gpus = body.get("gpus")
+            if not isinstance(gpus, list) or not all(
+                isinstance(g, int) and not isinstance(g, bool) for g in gpus
+            ):
+                raise AgentError(
+                    f"job start request needs 'gpus': a list of GPU indices, got {json.dumps(gpus)}", 400
+                )
+            return 200, agent.jobs.begin(job.group(1), gpus, str(body.get("name") or ""))
         if path in ("/gpus", "/gpus/"):
             if method != "GET":
                 raise AgentError(f"{method} {path} is not allowed; use GET", 405)
