@@ -365,7 +365,7 @@ def test_profiler_imports_no_pydantic() -> None:
         "import sys\n"
         "import wattsched.cli.profile, wattsched.profiling.runner, wattsched.profiling.workers\n"
         "import wattsched.profiling.fake, wattsched.perf.profiles, wattsched.agent.control\n"
-        "sys.exit(3 if 'pydantic' in sys.modules or 'prometheus_client' in sys.modules else 0)\n"
+        "sys.exit(3 if {'pydantic', 'prometheus_client', 'pandas'} & set(sys.modules) else 0)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(SRC))
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
