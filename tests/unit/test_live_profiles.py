@@ -21,6 +21,7 @@ from wattsched.backends.slurm.backend import SlurmBackend
 from wattsched.backends.slurm.fake import FakeSlurm
 from wattsched.backends.store import JobStore
 from wattsched.cli.main import app
+from wattsched.core.errors import InputError
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import build_scheduler
 from wattsched.perf.profiles import load_profiles
@@ -184,6 +185,16 @@ def test_serve_records_live_jobs_as_profile_rows(tmp_path: Path) -> None:
     assert driver.recorder.poll(force=True) == 0 and out.read_text() == written  # nothing twice
     again = ProfileRecorder(out, f"http://127.0.0.1:{port}")  # a restarted scheduler knows what is written
     assert sum(len(v) for v in again.seen.values()) == 4
+
+
+def test_a_foreign_file_is_refused_at_start(tmp_path: Path) -> None:
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match="not a wattsched profile file"):
+        ProfileRecorder(other)
+    result = CliRunner().invoke(app, ["serve", "slurm", "--record-profiles", str(tmp_path / "no" / "p.csv"),
+                                      "--max-steps", "0", "--metrics-port", "0"])  # fmt: skip
+    assert result.exit_code == 2 and "does not exist" in " ".join(result.output.replace("│", " ").split())
 
 
 def test_an_unreachable_agent_is_logged_not_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

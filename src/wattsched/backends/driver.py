@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.errors import WattschedError
 from ..core.states import ON, POWER_STATE_NAMES
 from ..energy.power_models import LinearModel
 from ..policies.contract import InvalidDecision, PowerManager, Scheduler
@@ -198,5 +199,5 @@ class LiveDriver:
     def _record_profiles(self, force: bool = False) -> None:
         try:
             self.recorder.poll(force)
-        except OSError as exc:  # the profile file: logged, the scheduler goes on
+        except (OSError, WattschedError) as exc:  # the profile file: logged, the scheduler goes on
             log.error("--record-profiles: could not write %s: %s", self.recorder.path, exc)

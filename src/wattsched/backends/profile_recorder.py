@@ -30,8 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import InputError
 from ..perf.catalog import normalise
-from ..perf.profiles import TRAINING, write_rows
+from ..perf.profiles import EXTRA_COLUMNS, PROFILE_COLUMNS, TRAINING, write_rows
 from .base import Observation
 
 log = logging.getLogger("wattsched.live.profiles")
@@ -108,10 +109,14 @@ class ProfileRecorder:
         self._failing: set[str] = set()
 
     def _windows_in_file(self) -> dict[str, set[int]]:
+        """The windows FILE already holds, per host; a file that is not a profile CSV is refused here, at start."""
         seen: dict[str, set[int]] = {}
         if self.path.is_file():
             with self.path.open(newline="") as handle:
-                for row in csv.DictReader(handle):
+                reader = csv.DictReader(handle)
+                if list(reader.fieldnames or []) != list(PROFILE_COLUMNS + EXTRA_COLUMNS):
+                    raise InputError(self.path, 1, None, "not a wattsched profile file (other columns)")
+                for row in reader:
                     number, at, host = (row.get("repeat") or "").partition("@")
                     if at and number.isdigit():
                         seen.setdefault(host, set()).add(int(number))

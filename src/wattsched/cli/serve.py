@@ -105,6 +105,16 @@ def slurm(
         manager = None
         if power in managers:
             manager = power_manager_from_config(power, PowerStateConfig(idle_timeout_s=idle_timeout))
+        recorder = None
+        if record_profiles is not None:  # checked before anything starts (the job store is a file too)
+            if not record_profiles.parent.is_dir():
+                raise typer.BadParameter(
+                    f"--record-profiles: directory {record_profiles.parent} does not exist"
+                )
+            try:
+                recorder = ProfileRecorder(record_profiles, agent_url, record_interval)
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc)) from None
         cfg = SimulationConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
         scheduler = build_scheduler(cfg, None)
         metrics = LiveMetrics()
@@ -113,15 +123,7 @@ def slurm(
             slurm_powers_nodes=power == "slurm", power_manager=manager, allow_resize=allow_resize,
             gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics,
         )  # fmt: skip
-        if record_profiles is not None:
-            if not record_profiles.parent.is_dir():
-                raise typer.BadParameter(
-                    f"--record-profiles: directory {record_profiles.parent} does not exist"
-                )
-            try:
-                driver.recorder = ProfileRecorder(record_profiles, agent_url, record_interval)
-            except ValueError as exc:
-                raise typer.BadParameter(str(exc)) from None
+        driver.recorder = recorder
         if metrics_port:
             metrics.serve(metrics_port, metrics_address)
         stop = threading.Event()
