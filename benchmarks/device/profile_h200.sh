@@ -7,9 +7,9 @@
 # Needs python3 with torch, torchvision, pynvml (nvidia-ml-py), numpy, typer and rich; not pydantic: it runs
 # `python -m wattsched.profiling` from this checkout's src/ without installing wattsched.
 #
-# Runtime estimate (one H200, 2026-11-26: see docs/profile.md for the measured figure): starting the four job
-# processes (torch import, model build) ~15-30 s, their warm-up one after another ~10-20 s, two idle readings
-# 2 x 4 s, ten 6-s windows 60 s: about 1.5-2 minutes in all, well under 4.
+# Runtime estimate: starting the four job processes (torch import, model build) ~15-30 s, their warm-up one after
+# another ~10-20 s, two idle readings 2 x 4 s, ten 6-s windows 60 s: about 1.5-2 minutes, well under 4. Measured
+# on one H200 on 2026-11-26: 102 s (output in docs/measurements/profile_h200_gpu_bound.csv, docs/profile.md §5).
 #
 # Output: $OUT/profile-gpu-bound.csv (OUT defaults to runs/profile-device) and $OUT/profile-gpu-bound.log.
 # Usage: OUT=/some/dir bash benchmarks/device/profile_h200.sh   (PYTHON=... to pick the interpreter)
