@@ -123,7 +123,12 @@ def test_prolog_applies_the_jobs_setting_on_its_gpus_only_and_epilog_resets(
     log = hook_log(slurm, tuned, plain)
     assert f"agent-job start {tuned}: GPU {tuned_gpus[0]}: power limit {0.6 * high:.0f} W" in log, log
     assert f"agent-job end {tuned}: GPU {tuned_gpus[0]}: reset" in log, log
-    assert f"agent-job start {plain}:" not in log and "error" not in log, log
+    assert f"agent-job start {plain}: GPU" not in log and "error" not in log, log
+    # Both jobs were measured from prolog to epilog on exactly their GPUs (--record-profiles reads these windows).
+    assert f"agent-job start {plain}: measuring GPUs {','.join(map(str, plain_gpus))}" in log, log
+    windows = {w["jobs"][0]["job_id"]: w for w in client.windows(0)["windows"] if len(w["jobs"]) == 1}
+    assert windows[tuned]["gpus"] == sorted(tuned_gpus) and windows[plain]["gpus"] == sorted(plain_gpus)
+    assert windows[tuned]["window_s"] >= 3 and windows[tuned]["energy_j"] > 0  # the job sleeps 3 s
 
 
 def test_a_job_runs_and_completes_when_the_agent_is_down(hook: LocalSlurm) -> None:

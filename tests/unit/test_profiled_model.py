@@ -149,7 +149,9 @@ def test_experiments_carry_the_profiles_into_every_run():
     configs = [
         eaco.Setup(profiles="p.csv", gpu_type="H200").config("fifo", 28, 42),
         powerflow.Setup("w", "c", profiles="p.csv").config("fifo", 42),
-        cedla.Setup("w", "c", 2023, 3.0, "default", None, None, profiles="p.csv").config("cedla", "US-CAL-CISO"),
+        cedla.Setup("w", "c", 2023, 3.0, "default", None, None, profiles="p.csv").config(
+            "cedla", "US-CAL-CISO"
+        ),
     ]
     for cfg in configs:
         assert cfg.profiles == "p.csv" and cfg.sharing_model == "measured"

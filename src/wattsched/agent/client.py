@@ -73,6 +73,17 @@ class AgentClient:
         """Power limit back to its value before the agent changed it, and locked clocks reset."""
         return self._json("DELETE", f"/gpus/{gpu}")
 
+    def job_started(self, job_id: str, gpus: list[int], name: str = "") -> dict[str, Any]:
+        """Start measuring a job on `gpus` (the prolog's hook; docs/agent.md §5)."""
+        return self._json("POST", f"/jobs/{job_id}/start", {"gpus": list(gpus), "name": name})
+
+    def job_ended(self, job_id: str) -> dict[str, Any]:
+        return self._json("POST", f"/jobs/{job_id}/end", {})
+
+    def windows(self, after: int = 0) -> dict[str, Any]:
+        """``{"hostname", "last", "windows": [...]}``: the measurement windows closed after number `after`."""
+        return self._json("GET", f"/windows?after={int(after)}")
+
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
         return self._request("GET", "/metrics").decode()

@@ -9,6 +9,8 @@ refuse values outside the constraints (``NVML_ERROR_INVALID_ARGUMENT``) and, wit
 
 The profile is A100-SXM4-40GB-like (power limit 100-400 W, memory clock 1215 MHz, graphics clocks
 210-1410 MHz in 15 MHz steps); the readings are deterministic functions of the GPU index and the settings.
+``set_load`` stands in for work on a GPU (the profiler's simulated jobs): it sets the utilisation, and with it
+the power, until changed; the energy counter accumulates the power actually drawn over the injectable clock.
 
 With a state file (``state_file=`` or the ``WATTSCHED_FAKE_NVML_STATE`` environment variable) the settings
 (power limit, locked clocks) are read from it at ``nvmlInit`` and written after every change, so a test can
@@ -139,10 +141,13 @@ class FakeGpu:
     index: int
     power_limit_mw: int = DEFAULT_POWER_LIMIT_MW
     locked_clocks_mhz: tuple[int, int] | None = None
+    load_pct: int | None = None  # utilisation set by set_load; None: the fixed profile
+    energy_mj: float = 0.0  # the counter's value at energy_at (seconds on the fake's clock)
+    energy_at: float = 0.0
 
     @property
     def gpu_util_pct(self) -> int:
-        return 40 + 10 * self.index
+        return 40 + 10 * self.index if self.load_pct is None else self.load_pct
 
     @property
     def power_mw(self) -> int:
@@ -170,10 +175,25 @@ class FakeNvml:
         self.locked_clocks_supported = locked_clocks_supported
         self.state_file = Path(state_file) if state_file is not None else None
         self.clock = clock
-        self.gpus = [FakeGpu(i) for i in range(gpu_count)]
         self.calls: list[tuple[str, tuple[Any, ...]]] = []  # setter calls, for tests
         self._initialized = False
-        self._started_at = clock()
+        started_at = clock()
+        self.gpus = [
+            FakeGpu(i, energy_mj=INITIAL_ENERGY_MJ + i * 1_000_000, energy_at=started_at)
+            for i in range(gpu_count)
+        ]
+
+    def _accrue_energy(self, gpu: FakeGpu) -> None:
+        """Bring the energy counter up to now at the power drawn since its last update (call before any change)."""
+        now = self.clock()
+        gpu.energy_mj += gpu.power_mw * max(now - gpu.energy_at, 0.0)
+        gpu.energy_at = now
+
+    def set_load(self, index: int, util_pct: int | None) -> None:
+        """Not NVML: make GPU `index` as busy as a job would (None: back to the fixed profile)."""
+        gpu = self.gpus[index]
+        self._accrue_energy(gpu)
+        gpu.load_pct = None if util_pct is None else max(0, min(100, int(util_pct)))
 
     @classmethod
     def from_env(cls) -> FakeNvml:
@@ -191,6 +211,7 @@ class FakeNvml:
             return
         saved = json.loads(self.state_file.read_text(encoding="utf-8"))
         for gpu, entry in zip(self.gpus, saved.get("gpus", []), strict=False):
+            self._accrue_energy(gpu)
             gpu.power_limit_mw = int(entry["power_limit_mw"])
             locked = entry.get("locked_clocks_mhz")
             gpu.locked_clocks_mhz = (int(locked[0]), int(locked[1])) if locked else None
@@ -262,8 +283,8 @@ class FakeNvml:
         gpu = self._gpu(handle)
         if not self.energy_supported:  # pre-Volta GPUs have no energy counter
             raise NVMLError_NotSupported()
-        elapsed_s = self.clock() - self._started_at
-        return INITIAL_ENERGY_MJ + gpu.index * 1_000_000 + int(gpu.power_mw * elapsed_s)
+        self._accrue_energy(gpu)
+        return int(gpu.energy_mj)
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:
         gpu = self._gpu(handle)
@@ -306,6 +327,7 @@ class FakeNvml:
         if not MIN_POWER_LIMIT_MW <= limit <= MAX_POWER_LIMIT_MW:
             raise NVMLError_InvalidArgument()
         self.calls.append(("nvmlDeviceSetPowerManagementLimit", (gpu.index, limit)))
+        self._accrue_energy(gpu)
         gpu.power_limit_mw = int(limit)
         self._save_state()
 

@@ -78,6 +78,18 @@ def apply_setting(client: AgentClient, gpus: Sequence[int], setting: GpuSetting)
     return done
 
 
+def measure_job(client: AgentClient, phase: str, job: str, gpus: Sequence[int], name: str = "") -> str:
+    """Tell the agent that `job` starts or ends on `gpus`, so it measures the job's GPU windows (jobmeter.py);
+    what was done, or "" when there is nothing to measure (no job id, no GPUs)."""
+    if job in ("", "?") or not gpus:
+        return ""
+    if phase == "start":
+        client.job_started(job, list(gpus), name)
+        return f"measuring GPUs {','.join(map(str, gpus))}"
+    client.job_ended(job)
+    return "measurement closed"
+
+
 def reset_gpus(client: AgentClient, gpus: Sequence[int]) -> list[str]:
     for gpu in gpus:
         client.reset(gpu)

@@ -169,6 +169,11 @@ class GpuDevice:
             temperature_c=self._optional(nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU),
         )
 
+    def energy_mj(self) -> int | None:
+        """NVML's total-energy counter (mJ since the driver loaded), or None on a GPU without it (before Volta)."""
+        value = self._optional(self.nvml.nvmlDeviceGetTotalEnergyConsumption)
+        return None if value is None else int(value)
+
     # -- power limit -----------------------------------------------------------------------------------------
 
     def power_limit_mw(self) -> int:

@@ -1,11 +1,12 @@
 """The node agent: DCGM-named Prometheus metrics and a small JSON API for power limits and locked SM clocks.
 
 Endpoints (docs/agent.md): ``GET /metrics``, ``GET /gpus``, ``GET /gpus/<i>``, ``POST /gpus/<i>/power-limit``
-``{"watts": W}``, ``POST /gpus/<i>/locked-clocks`` ``{"min_mhz": a, "max_mhz": b}``, ``DELETE`` on either
-to reset it, and ``DELETE /gpus/<i>`` to reset both. The agent binds 127.0.0.1 by default and answers
-changes only from loopback peers even when bound wider. Every setting it changes is restored (the power
-limit to its value before the agent's first change, locked clocks reset) on ``close()``, which
-``serve_until_stopped`` calls on normal exit, SIGTERM and SIGINT.
+``{"watts": W}``, ``POST /gpus/<i>/locked-clocks`` ``{"min_mhz": a, "max_mhz": b}``, ``DELETE`` on either to
+reset it, and ``DELETE /gpus/<i>`` to reset both; the job hooks ``POST /jobs/<id>/start`` ``{"gpus": [...]}``
+and ``POST /jobs/<id>/end``, and ``GET /windows?after=N`` for their measurements (jobmeter.py). The agent binds
+127.0.0.1 by default and answers changes only from loopback peers even when bound wider. Every setting it
+changes is restored (the power limit to its value before the agent's first change, locked clocks reset) on
+``close()``, which ``serve_until_stopped`` calls on normal exit, SIGTERM and SIGINT.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ import json
 import logging
 import math
 import re
-import signal
 import socket
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from .nvml import AgentError, GpuDevice, GpuReading, gpu_count, init_nvml
+# GpuAgent and ChangedSettings live in control.py (the profiler shares them) and are still importable from here.
+from .control import ChangedSettings, GpuAgent, StopRequested, stop_signals  # noqa: F401
+from .nvml import AgentError, GpuDevice
 
 logger = logging.getLogger(__name__)
 
@@ -55,146 +55,7 @@ _UNTYPED = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}
 LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 
 _GPU_PATH = re.compile(r"^/gpus/(\d+)(?:/(power-limit|locked-clocks))?/?$")
-
-
-@dataclass
-class ChangedSettings:
-    """What the agent changed on one GPU, so it can put it back."""
-
-    original_power_limit_mw: int | None = None
-    locked_clocks_mhz: tuple[int, int] | None = None
-
-
-class GpuAgent:
-    """The GPUs of one node, the settings the agent changed, and their restoration."""
-
-    def __init__(self, nvml: Any, hostname: str | None = None):
-        self.nvml = nvml
-        self.hostname = hostname or socket.gethostname()
-        init_nvml(nvml)
-        self.devices = [GpuDevice(nvml, index) for index in range(gpu_count(nvml))]
-        self.changed: dict[int, ChangedSettings] = {}
-        self._lock = threading.Lock()  # one NVML change at a time, and none after close()
-        self._closed = False
-
-    def device(self, index: int) -> GpuDevice:
-        if not 0 <= index < len(self.devices):
-            valid = f"GPUs 0-{len(self.devices) - 1}" if self.devices else "no GPUs"
-            raise AgentError(f"no GPU {index} on {self.hostname} ({valid})", 404)
-        return self.devices[index]
-
-    # -- state -----------------------------------------------------------------------------------------------
-
-    def gpu_state(self, index: int) -> dict[str, Any]:
-        device = self.device(index)
-        low, high = device.power_limit_range_w()
-        changed = self.changed.get(index, ChangedSettings())
-        try:
-            clock_range = device.sm_clock_range_mhz()
-        except AgentError:  # e.g. NOT_SUPPORTED: the state still answers, without the range
-            clock_range = None
-        original = changed.original_power_limit_mw
-        return {
-            "index": index,
-            "uuid": device.uuid,
-            "name": device.name,
-            "power_limit_w": device.power_limit_mw() / 1000,
-            "power_limit_range_w": [low, high],
-            "default_power_limit_w": device.default_power_limit_w(),
-            "original_power_limit_w": None if original is None else original / 1000,
-            "locked_clocks_mhz": list(changed.locked_clocks_mhz) if changed.locked_clocks_mhz else None,
-            "sm_clock_range_mhz": list(clock_range) if clock_range else None,
-        }
-
-    def state(self) -> dict[str, Any]:
-        return {"hostname": self.hostname, "gpus": [self.gpu_state(i) for i in range(len(self.devices))]}
-
-    def readings(self) -> Iterator[tuple[GpuDevice, GpuReading]]:
-        """One reading per GPU; a GPU whose read fails is left out of this scrape (and logged)."""
-        for device in self.devices:
-            try:
-                yield device, device.read()
-            except AgentError as exc:
-                logger.warning("%s", exc)
-
-    # -- changes ---------------------------------------------------------------------------------------------
-
-    def _change(self, index: int, action: Callable[[GpuDevice, ChangedSettings], None]) -> dict[str, Any]:
-        device = self.device(index)
-        with self._lock:
-            if self._closed:
-                raise AgentError("the agent is shutting down and has restored the GPU settings", 503)
-            changed = self.changed.setdefault(index, ChangedSettings())
-            action(device, changed)
-        return self.gpu_state(index)
-
-    def set_power_limit(self, index: int, watts: float) -> dict[str, Any]:
-        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
-            original = device.power_limit_mw()
-            device.set_power_limit_w(watts)
-            if changed.original_power_limit_mw is None:
-                changed.original_power_limit_mw = original
-
-        return self._change(index, apply)
-
-    def lock_clocks(self, index: int, min_mhz: int, max_mhz: int) -> dict[str, Any]:
-        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
-            device.lock_sm_clocks(min_mhz, max_mhz)
-            changed.locked_clocks_mhz = (min_mhz, max_mhz)
-
-        return self._change(index, apply)
-
-    def reset_power_limit(self, index: int) -> dict[str, Any]:
-        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
-            if changed.original_power_limit_mw is not None:
-                device.set_power_limit_mw(changed.original_power_limit_mw)
-                changed.original_power_limit_mw = None
-
-        return self._change(index, apply)
-
-    def reset_clocks(self, index: int) -> dict[str, Any]:
-        def apply(device: GpuDevice, changed: ChangedSettings) -> None:
-            device.reset_locked_clocks()  # also clears clocks locked by someone else, e.g. a crashed agent
-            changed.locked_clocks_mhz = None
-
-        return self._change(index, apply)
-
-    def reset(self, index: int) -> dict[str, Any]:
-        self.reset_power_limit(index)
-        return self.reset_clocks(index)
-
-    def _restore_all(self) -> list[str]:
-        failures = []
-        for index, changed in sorted(self.changed.items()):
-            device = self.devices[index]
-            if changed.original_power_limit_mw is not None:
-                try:
-                    device.set_power_limit_mw(changed.original_power_limit_mw)
-                    changed.original_power_limit_mw = None
-                except AgentError as exc:
-                    failures.append(str(exc))
-            if changed.locked_clocks_mhz is not None:
-                try:
-                    device.reset_locked_clocks()
-                    changed.locked_clocks_mhz = None
-                except AgentError as exc:
-                    failures.append(str(exc))
-        return failures
-
-    def close(self) -> list[str]:
-        """Restore every changed setting, refuse further changes, shut NVML down; returns what failed."""
-        with self._lock:
-            if self._closed:
-                return []
-            self._closed = True
-            failures = self._restore_all()
-        for failure in failures:
-            logger.error("could not restore: %s", failure)
-        try:
-            self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError as exc:
-            logger.warning("nvmlShutdown failed: %s", exc)
-        return failures
+_JOB_PATH = re.compile(r"^/jobs/([A-Za-z0-9_.:-]+)/(start|end)/?$")
 
 
 class DcgmCollector:
@@ -236,6 +97,16 @@ def _is_loopback(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_loopback
+
+
+def _after(query: str) -> int:
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key == "after":
+            if not value.isdigit():
+                raise AgentError(f"after= needs a window number, got {value!r}", 400)
+            return int(value)
+    return 0
 
 
 def _number(body: dict[str, Any], key: str, kind: str) -> float:
@@ -299,7 +170,30 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
 
     def _route(self, method: str) -> tuple[int, dict[str, Any]]:
         agent = self.server.agent
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
+        if path in ("/windows", "/windows/"):
+            if method != "GET":
+                raise AgentError(f"{method} {path} is not allowed; use GET", 405)
+            return 200, agent.jobs.windows(_after(query))
+        job = _JOB_PATH.match(path)
+        if job is not None:
+            if method != "POST":
+                raise AgentError(f"{method} {path} is not allowed; use POST", 405)
+            if not _is_loopback(self.client_address[0]):
+                raise AgentError(
+                    f"job hooks are accepted from localhost only, not {self.client_address[0]}", 403
+                )
+            if job.group(2) == "end":
+                return 200, agent.jobs.end(job.group(1))
+            body = self._json_body()
+            gpus = body.get("gpus")
+            if not isinstance(gpus, list) or not all(
+                isinstance(g, int) and not isinstance(g, bool) for g in gpus
+            ):
+                raise AgentError(
+                    f"job start request needs 'gpus': a list of GPU indices, got {json.dumps(gpus)}", 400
+                )
+            return 200, agent.jobs.begin(job.group(1), gpus, str(body.get("name") or ""))
         if path in ("/gpus", "/gpus/"):
             if method != "GET":
                 raise AgentError(f"{method} {path} is not allowed; use GET", 405)
@@ -355,34 +249,17 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-class _StopRequested(Exception):
-    pass
-
-
 def serve_until_stopped(server: AgentHttpServer) -> list[str]:
     """Serve until SIGTERM, SIGINT or an error; then restore the GPU settings. Returns what failed to restore."""
-
-    stop_signals = (signal.SIGTERM, signal.SIGINT)
-
-    def ignore_stop_signals() -> None:  # a second signal must not interrupt the restore
-        for sig in stop_signals:
-            signal.signal(sig, signal.SIG_IGN)
-
-    def request_stop(signum: int, frame: Any) -> None:
-        ignore_stop_signals()
-        raise _StopRequested(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in stop_signals}
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except _StopRequested as stop:
-        logger.info("%s received: restoring GPU settings", stop)
-    finally:
-        ignore_stop_signals()
+    with stop_signals() as hold_signals:
         try:
-            server.server_close()
+            server.serve_forever(poll_interval=0.2)
+        except StopRequested as stop:
+            logger.info("%s received: restoring GPU settings", stop)
         finally:
-            failures = server.agent.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            hold_signals()
+            try:
+                server.server_close()
+            finally:
+                failures = server.agent.close()
     return failures

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.cluster import MILLI
+from ..core.errors import WattschedError
 from ..core.states import ON, PHASE_RUNNING, POWER_STATE_NAMES
 from ..energy.power_models import LinearModel
 from ..policies.contract import InvalidDecision, PowerManager, Scheduler
 from .base import BackendError, ClusterBackend
 from .live import LiveCluster
+from .profile_recorder import ProfileRecorder
 from .store import JobStore
 
 log = logging.getLogger("wattsched.live")
@@ -93,6 +95,7 @@ class LiveDriver:
     cluster: LiveCluster | None = None
     latencies_s: list[float] = field(default_factory=list)
     power_model: LinearModel | None = None  # bound to the cluster at the first observation
+    recorder: ProfileRecorder | None = None  # --record-profiles: the agents' job windows into a profile CSV
 
     def step(self) -> StepResult:
         """One observation and, if due, one decision."""
@@ -106,6 +109,9 @@ class LiveDriver:
             return StepResult(observed=False)
         if self.metrics:
             self.metrics.observe.observe(time.perf_counter() - t0)
+        if self.recorder is not None:
+            self.recorder.observe(obs)
+            self._record_profiles()
         first = self.cluster is None
         if first:
             self.cluster = LiveCluster(
@@ -199,3 +205,11 @@ class LiveDriver:
             self.step()
             steps += 1
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+        if self.recorder is not None:
+            self._record_profiles(force=True)  # the windows the last jobs closed
+
+    def _record_profiles(self, force: bool = False) -> None:
+        try:
+            self.recorder.poll(force)
+        except (OSError, WattschedError) as exc:  # the profile file: logged, the scheduler goes on
+            log.error("--record-profiles: could not write %s: %s", self.recorder.path, exc)

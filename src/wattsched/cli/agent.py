@@ -57,13 +57,14 @@ def agent_job_command(
     ] = None,
 ) -> None:
     """Apply (start) or reset (end) the GPU setting wattsched chose for this job, on this node's GPUs, through the
-    local agent. Never fails the job: a problem is printed to stderr and the exit status is 0 (a failing Slurm
-    prolog would drain the node)."""
+    local agent, and have the agent measure the job's GPUs from start to end (for --record-profiles). Never
+    fails the job: a problem is printed to stderr and the exit status is 0 (a failing Slurm prolog would drain
+    the node)."""
     import os
     import subprocess
 
     from ..agent.client import AgentClient
-    from ..agent.jobs import apply_setting, decode_setting, job_gpus, reset_gpus
+    from ..agent.jobs import apply_setting, decode_setting, job_gpus, measure_job, reset_gpus
     from ..core.errors import WattschedError
     from ..energy.dvfs import DEFAULT_SETTING
 
@@ -73,6 +74,12 @@ def agent_job_command(
     try:
         gpus = job_gpus()
         client = AgentClient("127.0.0.1", port)
+        try:  # the measurement first (its window starts with the job) and apart: its failure stops no setting
+            measured = measure_job(client, phase, job, gpus, os.environ.get("SLURM_JOB_NAME", ""))
+            if measured:
+                print(f"wattsched agent-job {phase} {job}: {measured}", flush=True)
+        except WattschedError as exc:
+            print_error(f"agent-job {phase} {job}: measurement: {exc}")
         if phase == "end":
             lines = reset_gpus(client, gpus)
         else:

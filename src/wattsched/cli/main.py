@@ -22,6 +22,7 @@ from .data import data_app
 from .experiment import experiment_app
 from .options import command_with_config_options
 from .perf import perf_app
+from .profile import profile_command
 from .report import report_command
 from .serve import serve_app
 from .signals import signals_app
@@ -114,6 +115,7 @@ app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("agent")(agent_command)
 app.command("agent-job")(agent_job_command)
+app.command("profile")(profile_command)
 
 
 @app.command()

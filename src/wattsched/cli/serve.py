@@ -68,12 +68,27 @@ def slurm(
         list[str] | None, typer.Option(help="SLURM_TYPE=MODEL for GPU types not in the catalog (repeatable)")
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of the policies' tie-break order (as in simulate)")] = 42,
+    record_profiles: Annotated[
+        Path | None,
+        typer.Option(
+            help="append each job's measured GPU energy, power and utilisation (from the node agents' job "
+            "windows) to this profile CSV (docs/profile.md §6)"
+        ),
+    ] = None,
+    agent_url: Annotated[
+        str,
+        typer.Option(help="where --record-profiles reads each node's agent; {node} is the Slurm node name"),
+    ] = "http://{node}:9400",
+    record_interval: Annotated[
+        float, typer.Option(help="seconds between reads of the agents for --record-profiles", min=1)
+    ] = 30.0,
     max_steps: Annotated[int | None, typer.Option(help="stop after this many observations (tests)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Place Slurm jobs submitted held (sbatch --hold) with wattsched's policies: observe with sinfo/squeue --json,
     start with scontrol update nodelist= + scontrol release."""
     from ..backends.driver import LiveDriver, LiveMetrics
+    from ..backends.profile_recorder import ProfileRecorder
     from ..backends.slurm.backend import SlurmBackend
     from ..backends.store import JobStore
     from ..engine.power import PowerStateConfig
@@ -90,6 +105,16 @@ def slurm(
         manager = None
         if power in managers:
             manager = power_manager_from_config(power, PowerStateConfig(idle_timeout_s=idle_timeout))
+        recorder = None
+        if record_profiles is not None:  # checked before anything starts (the job store is a file too)
+            if not record_profiles.parent.is_dir():
+                raise typer.BadParameter(
+                    f"--record-profiles: directory {record_profiles.parent} does not exist"
+                )
+            try:
+                recorder = ProfileRecorder(record_profiles, agent_url, record_interval)
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc)) from None
         cfg = SimulationConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
         scheduler = build_scheduler(cfg, None)
         metrics = LiveMetrics()
@@ -98,6 +123,7 @@ def slurm(
             slurm_powers_nodes=power == "slurm", power_manager=manager, allow_resize=allow_resize,
             gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics,
         )  # fmt: skip
+        driver.recorder = recorder
         if metrics_port:
             metrics.serve(metrics_port, metrics_address)
         stop = threading.Event()

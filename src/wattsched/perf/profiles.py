@@ -9,6 +9,9 @@ states are the GPU's draw with no process (``idle-no-context*``) and with a job'
 and each model's peak memory.
 
 ``wattsched profile`` and the node agent (``--record-profiles``) write the same columns (:func:`write_rows`).
+A training row with an empty ``it_per_s`` (a job that did not report its steps: a plain ``--command``, a live
+cluster's job) is a power-only reading (:class:`PowerReading`); a job alone under a ``power_limit_w`` the profiler
+set is kept apart from the same job at the GPU's own limit (``Profiles.capped``).
 """
 
 from __future__ import annotations
@@ -71,12 +74,32 @@ class MeasuredSet:
     source: str
 
 
+@dataclass(frozen=True)
+class PowerReading:
+    """One job's window whose speed is unknown: the GPU's draw while it ran (alone, or in a set of N)."""
+
+    gpu: str
+    model: str  # normalised model key ("" when unknown)
+    batch: int
+    jobs_in_set: int
+    power_w: float
+    energy_j: float
+    window_s: float
+    utilisation: float  # fraction, 0..1
+    power_limit_w: float | None
+    source: str  # "file:line"
+
+
 @dataclass
 class Profiles:
     """Everything read from one or more profile files."""
 
-    solos: dict[tuple[str, str, int, str], Solo] = field(default_factory=dict)
+    solos: dict[tuple[str, str, int, str], Solo] = field(default_factory=dict)  # at the GPU's own power limit
     sets: list[MeasuredSet] = field(default_factory=list)
+    capped: dict[tuple[str, str, int, str, float], Solo] = field(
+        default_factory=dict
+    )  # alone, under a limit W
+    power_only: list[PowerReading] = field(default_factory=list)
     bare_idle_w: dict[str, list[float]] = field(default_factory=dict)
     held_idle_w: dict[str, list[float]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256
@@ -124,6 +147,8 @@ class Profiles:
             "files": dict(self.files),
             "solo_profiles": len(self.solos),
             "measured_sets": len(self.sets),
+            "capped_solo_profiles": len(self.capped),
+            "power_only_readings": len(self.power_only),
             "gpus": self.gpus(),
         }
 
@@ -151,7 +176,8 @@ def load_profiles(
     """Read profile files into one :class:`Profiles`. Windows of the same (GPU, model, batch, regime) alone are
     averaged (the dataset's repeats)."""
     out = Profiles()
-    singles: dict[tuple[str, str, int, str], list[tuple[dict, str]]] = {}
+    # (gpu, model, batch, regime), or (gpu, model, batch, regime, limit) for a window under a set power limit
+    singles: dict[tuple, list[tuple[dict, str]]] = {}
     for name in paths:
         path = resolve_path(name, data_dir)
         raw = path.read_bytes()
@@ -172,10 +198,12 @@ def load_profiles(
                 out.held_idle_w.setdefault(row["gpu"], []).append(row["power_w"])
                 continue
             row["memory_gib"] = row["memory_gib"] or memory.get(row["model"], 0.0)
-            if row["jobs_in_set"] == 1:
-                singles.setdefault((row["gpu"], row["model"], row["batch"], row["regime"]), []).append(
-                    (row, str(path))
-                )
+            if row["jobs_in_set"] == 1 and math.isnan(row["it_per_s"]):
+                out.power_only.append(_power_reading(row, path))
+            elif row["jobs_in_set"] == 1:
+                key = (row["gpu"], row["model"], row["batch"], row["regime"])
+                key = key if row["limit"] is None else (*key, row["limit"])
+                singles.setdefault(key, []).append((row, str(path)))
             else:
                 groups.setdefault(
                     (row["gpu"], row["regime"], row["set"], row["repeat"], row["limit"]), []
@@ -185,17 +213,30 @@ def load_profiles(
             if len(members) != first["jobs_in_set"]:
                 says = f"set '{set_name}' says {first['jobs_in_set']} jobs but has {len(members)} rows"
                 raise InputError(path, first["line"], "jobs_in_set", says)
+            if any(math.isnan(m["it_per_s"]) for m in members):  # a member's speed unknown: power only
+                out.power_only.extend(_power_reading(m, path) for m in members)
+                continue
             out.sets.append(MeasuredSet(
                 gpu, regime, set_name, tuple((m["model"], m["batch"]) for m in members),
                 tuple(m["it_per_s"] for m in members), first["power_w"], first["energy_j"], first["window_s"],
                 f"{path.name}:{','.join(str(m['line']) for m in members)}",
             ))  # fmt: skip
     for key, entries in singles.items():
-        out.solos[key] = _mean_solo(key, entries)
+        if len(key) == 4:
+            out.solos[key] = _mean_solo(key, entries)
+        else:
+            out.capped[key] = _mean_solo(key, entries)
     return out
 
 
-def _mean_solo(key: tuple[str, str, int, str], entries: list[tuple[dict, str]]) -> Solo:
+def _power_reading(row: dict, path: Path) -> PowerReading:
+    return PowerReading(
+        row["gpu"], row["model"], row["batch"], row["jobs_in_set"], row["power_w"], row["energy_j"],
+        row["window_s"], row["util"], row["limit"], f"{path.name}:{row['line']}",
+    )  # fmt: skip
+
+
+def _mean_solo(key: tuple, entries: list[tuple[dict, str]]) -> Solo:
     rows = [row for row, _ in entries]
     speeds = [r["it_per_s"] for r in rows]
     mean_speed = sum(speeds) / len(speeds)
@@ -293,9 +334,9 @@ def _row(path: Path, line: int, rec: Mapping[str, str], default_gpu: str | None)
     model = normalise((rec.get("model") or "").strip())
     if not model:
         raise InputError(path, line, "model", "empty")
-    speed = _number(path, line, rec, "it_per_s")
-    if not speed > 0:
-        raise InputError(path, line, "it_per_s", "must be > 0 for a training row")
+    speed = _number(path, line, rec, "it_per_s", required=False)  # empty: speed unknown, a power-only reading
+    if not (speed > 0 or math.isnan(speed)):
+        raise InputError(path, line, "it_per_s", "must be > 0 for a training row (or empty: unknown)")
     util = _number(path, line, rec, "util_gpu_mean_pct")
     if util > 100:
         raise InputError(path, line, "util_gpu_mean_pct", f"a percentage, got {util}")
