@@ -157,3 +157,25 @@ def test_experiments_carry_the_profiles_into_every_run():
         assert cfg.profiles == "p.csv" and cfg.sharing_model == "measured"
     assert configs[0].gpu_type == "H200" and configs[0].gpu_loads == "catalog"
     assert eaco.Setup().config("fifo", 28, 42).sharing_model == "eaco"  # EaCO's own setting without profiles
+
+
+def test_the_profiles_held_draw_replaces_the_catalogues(tmp_path):
+    res = _run(tmp_path, "job_id,submit_time,duration,num_gpu,model_name,batch_size\na,0,10,1,alpha,32\n")
+    held = res.summary["energy_model"]["gpu_held_w"]["H200"]
+    assert held == {"w": 150.0, "basis": "measured: the run's profiles"}  # pair-device.json, not the 149.3 W
+
+
+def test_restart_on_a_profiled_gpu_is_charged_the_profiles_held_draw():
+    from wattsched.core.cluster import ClusterSpec
+    from wattsched.energy.power_models import POWER_MODELS
+
+    spec = ClusterSpec.from_arrays(
+        name="x", node_names=["n"], cpu_milli=[64000], memory_mib=[1024], gpu_count=[2], gpu_model_names=["H200"]
+    )  # fmt: skip
+    model = POWER_MODELS.create("linear")
+    model.measured_held_w["H200"] = 150.0
+    model.bind(spec)
+    import numpy as np
+
+    draw, _ = model.gpu_state_w(np.array([0.0]), np.array([False]), np.array([True]), np.array([0]))
+    assert draw[0] == pytest.approx(150.0)

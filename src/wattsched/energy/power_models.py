@@ -36,6 +36,8 @@ class PowerModel:
 
     def __init__(self, cpu: CpuPowerSpec = PWR_FALLBACK_CPU):
         self.cpu = cpu
+        # GPU type -> held draw measured for this run (a profile's idle-with-contexts readings), over the catalogue.
+        self.measured_held_w: dict[str, float] = {}
 
     def bind(self, spec: ClusterSpec) -> None:
         self.spec = spec
@@ -47,6 +49,9 @@ class PowerModel:
         self.gpu_count = self._pwr.gpu_count
         self.sockets = self._pwr.sockets
         held = catalog_column(spec.gpu_models, "held_draw_w") if spec.gpu_models else np.zeros(1)
+        for c, name in enumerate(spec.gpu_models):  # a run's own measurement wins over the catalogue
+            if name in self.measured_held_w:
+                held[c] = self.measured_held_w[name]
         code = np.maximum(spec.gpu_model_code, 0)
         self.gpu_held_w = np.where(self.gpu_count > 0, held[code], 0.0)  # [N] W per GPU held, not computing
 

@@ -54,10 +54,22 @@ class EnergySetup:
             g = gpu_model(name)
             if model.name == "binary":
                 out[name] = {"w": g.max_w, "basis": "TDP: the PWR model charges any allocation at TDP"}
+            elif name in model.measured_held_w:
+                out[name] = {"w": model.measured_held_w[name], "basis": "measured: the run's profiles"}
             else:
                 basis = "measured" if g.held_measured else "reconstructed: idle + 0.114 x (max - idle)"
                 out[name] = {"w": g.held_draw_w, "basis": basis}
         return out
+
+    def use_measured_held(self, profiles) -> None:
+        """Take each GPU type's held draw from the run's profiles where they measured it (measured beats
+        modelled); the binary model keeps charging TDP."""
+        if profiles is None or self.ledger.model.name == "binary":
+            return
+        for gpu in profiles.gpus():
+            held = profiles.held_w(gpu)
+            if held is not None:
+                self.ledger.model.measured_held_w[gpu] = held
 
 
 def _signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[str]):

@@ -275,6 +275,8 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
     scheduler = build_scheduler(cfg, energy.setting_rule if energy else None)
     check_policy_inputs(scheduler, inputs.jobs, cfg.workload)
     perf, jobs = build_perf(cfg, inputs.jobs, cluster, scheduler, rng_models)
+    if energy is not None:
+        energy.use_measured_held(perf.profiles)
     recorder = TimeSeriesRecorder()
     sim = Simulator(
         jobs,
