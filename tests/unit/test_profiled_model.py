@@ -179,3 +179,18 @@ def test_restart_on_a_profiled_gpu_is_charged_the_profiles_held_draw():
 
     draw, _ = model.gpu_state_w(np.array([0.0]), np.array([False]), np.array([True]), np.array([0]))
     assert draw[0] == pytest.approx(150.0)
+
+
+def test_documented_example_runs_on_the_repositorys_own_profiles(tmp_path):
+    docs = Path(__file__).parent.parent.parent / "docs"
+    cfg = SimulationConfig(
+        workload=str(docs / "examples" / "h200-jobs.csv"), cluster=str(docs / "examples" / "h200-node.yaml"),
+        queue="fifo", placement="best-fit", profiles=str(docs / "measurements" / "profile_h200_gpu_bound.csv"),
+    )  # fmt: skip
+    jobs = run_simulation(cfg).jobs.set_index("job_id")
+    assert (
+        jobs.loc["r18", "perf_source"].startswith("measured:") and jobs.loc["bert", "perf_source"] == "trace"
+    )
+    assert jobs.loc["a1", "placement"] == jobs.loc["r50", "placement"]
+    assert 2.1 < jobs.loc["a1", "jct_s"] / 3600 < 2.3  # GPU-bound pair: about 0.45 of their speed alone
+    assert jobs.loc["bert", "jct_s"] == pytest.approx(3600.0)
