@@ -45,9 +45,9 @@ def colocate_cmd(
 ) -> None:
     """Predicted power, speed and energy of a set of training jobs sharing GPUs, against each job alone.
 
-    With --profiles: each job's speed as a fraction of alone, the GPU's power and the energy saving of the set
-    time-slicing one GPU, from measured profiles (sharing model `measured`, docs/perf.md §9). Without: EaCO's
-    quantities (Tables 1 and 3) under EaCO's own published fit (`eaco`, docs/eaco.md §2)."""
+    With --profiles: speeds, GPU power and energy saving of the set on one GPU, from measured profiles (docs/perf.md §9).
+
+    Without: EaCO's quantities (Tables 1 and 3) under EaCO's own published fit (docs/eaco.md §2)."""
     names = [m.strip() for m in models.split(",") if m.strip()]
     if profiles:
         _colocate_measured(profiles, names, gpu or "H200", data_dir, as_json)
