@@ -45,7 +45,7 @@ def colocate_cmd(
 ) -> None:
     """Predicted power, speed and energy of a set of training jobs sharing GPUs, against each job alone.
 
-    With --profiles: speeds, GPU power and energy saving of the set on one GPU, from measured profiles (docs/perf.md §9).
+    With --profiles: speeds, GPU power and energy saving of the set on one GPU, from profiles (docs/perf.md §9).
 
     Without: EaCO's quantities (Tables 1 and 3) under EaCO's own published fit (docs/eaco.md §2)."""
     names = [m.strip() for m in models.split(",") if m.strip()]
