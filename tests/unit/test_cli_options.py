@@ -102,6 +102,7 @@ VALUES = {
     "round_s": ("120", 120.0),
     "round_on_events": (None, True),
     "energy_budget_kwh": ("250", 250.0),
+    "energy_budget_until_s": ("86400", 86400.0),
     "checkpoint_interval_s": ("600", 600.0),
     "restart_model": ("fixed", "fixed"),
     "sharing_model": ("eaco", "eaco"),

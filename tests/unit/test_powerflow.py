@@ -1,4 +1,4 @@
-"""PowerFlow-reconstructed: the greedy under the budget pace, and its JCT against optimus-greedy.
+"""PowerFlow-reconstructed: the greedy under its energy budget, the floor, and its JCT against optimus-greedy.
 
 Runs on ``tests/fixtures/perfdata`` (six Pollux jobs with hand-written T4 tables, cluster n16g4).
 """
@@ -55,11 +55,60 @@ def test_gpu_counts_are_powers_of_two():
             assert int(n) & (int(n) - 1) == 0, counts
 
 
-def test_a_tight_budget_never_costs_more_energy_than_no_budget():
-    free = _run("powerflow", power_manager="idle-timeout")
-    tight = _run("powerflow", budget_kwh=1e-3, power_manager="idle-timeout")
-    assert tight.summary["energy_kwh"] <= free.summary["energy_kwh"] * (1 + 1e-12)
-    assert np.nanmean(tight.jobs["mean_num_gpu"]) <= np.nanmean(free.jobs["mean_num_gpu"])
+def _energy_jct(result) -> tuple[float, float]:
+    return result.summary["energy_kwh"], result.summary["jct_s"]["mean"]
+
+
+def test_a_budget_below_the_floor_is_refused_with_the_floor_named():
+    with pytest.raises(powerflow.BudgetBelowFloorError, match=r"below this run's floor of 19\.\d+ kWh"):
+        _run("powerflow", budget_kwh=1e-3, power_model="dvfs")
+    with pytest.raises(powerflow.BudgetBelowFloorError, match="least static draw"):
+        _run("powerflow", budget_kwh=1e-3, power_model="dvfs", power_manager="idle-timeout")
+
+
+def test_the_simulate_command_refuses_it_in_one_line():
+    from typer.testing import CliRunner
+
+    from wattsched.cli.main import app
+
+    result = CliRunner().invoke(app, [
+        "simulate", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--gpu-type", "T4", "--data-dir",
+        str(PERFDATA), "--allocation", "powerflow", "--energy-budget-kwh", "1", "--quiet",
+    ])  # fmt: skip
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "floor of" in result.output
+
+
+@pytest.mark.parametrize("budget_kwh", [20.32, 20.36, 20.40])
+def test_a_feasible_budget_holds_within_two_percent_with_static_draw(budget_kwh):
+    # Always-on: every node's static draw (about 17 kWh of the ~20) is paid whatever the policy does. The free run
+    # uses 20.44 kWh; the cheapest PowerFlow can do is about 20.31 kWh.
+    energy, _ = _energy_jct(_run("powerflow", budget_kwh=budget_kwh, power_model="dvfs"))
+    assert energy == pytest.approx(budget_kwh, rel=0.02)
+
+
+def test_more_budget_buys_a_shorter_mean_jct_until_it_is_unused():
+    runs = [_energy_jct(_run("powerflow", budget_kwh=b, power_model="dvfs")) for b in (20.32, 20.36, 20.40)]
+    free = _run("powerflow", power_model="dvfs")
+    jcts = [j for _, j in runs] + [_energy_jct(free)[1]]
+    assert jcts == sorted(jcts, reverse=True) and jcts[0] > jcts[-1]
+    generous = _run("powerflow", budget_kwh=2 * _energy_jct(free)[0], power_model="dvfs")
+    assert _energy_jct(generous) == pytest.approx(_energy_jct(free))  # spent no further than it helps
+    params = generous.summary["policies"]["allocation"]["parameters"]
+    assert params["budget_binding"] is False and params["rounds"] > 0
+
+
+def test_idle_timeout_budget_holds_and_never_overruns_a_feasible_budget():
+    free_energy, _ = _energy_jct(_run("powerflow", power_model="dvfs", power_manager="idle-timeout"))
+    energy, _ = _energy_jct(
+        _run("powerflow", budget_kwh=5.5, power_model="dvfs", power_manager="idle-timeout")
+    )
+    assert energy == pytest.approx(5.5, rel=0.02)
+    for budget in (5.66, 6.1):  # between the GPU counts it can take: under, never over
+        energy, _ = _energy_jct(
+            _run("powerflow", budget_kwh=budget, power_model="dvfs", power_manager="idle-timeout")
+        )
+        assert energy <= budget * 1.02 and energy < free_energy
 
 
 def test_energy_optimal_clock_minimises_energy_per_iteration():
@@ -92,11 +141,11 @@ def test_energy_optimal_clock_minimises_energy_per_iteration():
 class _StubPolicy:
     """Just enough of PowerFlow for its greedy: one clock option per GPU count, hand-set rates and power."""
 
-    def __init__(self, rates: dict[tuple[int, int], float], dyn_w_per_gpu: float, pace: float):
+    def __init__(self, rates: dict[tuple[int, int], float], dyn_w_per_gpu: float):
         self.rates, self.dyn = rates, dyn_w_per_gpu
-        self.budget_j = math.inf if math.isinf(pace) else 1.0
-        self.ref_gpu_s_per_unit = {0: 1.0, 1: 1.0}
         self.codes = {0: 0, 1: 0}
+        self.per_node = 4
+        self.multiplier = 1.0
 
     def _options_at(self, job, gpus):
         return [DEFAULT_SETTING], np.array([self.rates[(job, gpus)]]), np.array([gpus * self.dyn])
@@ -104,29 +153,25 @@ class _StubPolicy:
     def _levels(self, job, capacity):
         return [n for n in (1, 2, 4) if n <= capacity]
 
-    def _idle_w(self, code):
-        return 0.0
 
-
-class _StubView:
-    def power_w(self):
-        return 0.0  # no static draw: every step's cost is its own dynamic power
-
-    def target(self, job):
-        return None
-
-
-@pytest.mark.parametrize(("pace", "expected"), [(math.inf, {0: 4, 1: 4}), (100.0, {0: 1, 1: 4})])
-def test_greedy_refuses_a_doubling_that_breaks_the_pace(pace, expected):
-    # Job 0 scales badly (1 -> 2 GPUs: 1.05x), job 1 perfectly. Power 100 W per GPU, no static draw, so the
-    # cluster ratio (W per unit of work rate) starts at 100 (both jobs on one GPU, rates 1 + 1, power 200).
-    # Doubling job 1 keeps the ratio at 100 (allowed at pace 100); doubling job 0 raises it above 100.
+def _greedy(left_j: float):
+    # Job 0 scales badly (1 -> 2 GPUs: 1.05x), job 1 perfectly; 100 W per GPU; a static draw of 1,000 W paid
+    # until the last job ends. Both on one GPU: dynamic 2 x 100 W x 100 s, span 100 s, static 100 kJ: 120 kJ.
     rates = {(0, 1): 1.0, (0, 2): 1.05, (0, 4): 1.08, (1, 1): 1.0, (1, 2): 2.0, (1, 4): 4.0}
-    greedy = powerflow._Greedy(_StubPolicy(rates, 100.0, pace), _StubView(), {}, {0: 100.0, 1: 100.0}, 8)
-    greedy.run([0, 1], pace)
-    assert greedy.gpus == expected
-    if not math.isinf(pace):
-        assert greedy._ratio(greedy.work, greedy.power) <= pace + 1e-9
+    budget = powerflow._Budget(left_j=left_j, static_w=1000.0, span_floor_s=0.0, queued_j=0.0)
+    greedy = powerflow._Greedy(_StubPolicy(rates, 100.0), None, {}, {0: 100.0, 1: 100.0}, 8)
+    greedy.run([0, 1], budget)
+    return greedy
+
+
+def test_greedy_keeps_the_budget_and_credits_only_static_energy_really_saved():
+    tight = _greedy(120_000.0)
+    # Doubling job 1 costs no dynamic energy and leaves the span to job 0: allowed. Doubling job 0 costs dynamic
+    # energy (1.05x speed for 2x power); the span it saves (100 -> 95 s) is worth less static energy: refused.
+    assert tight.gpus == {0: 1, 1: 4}
+    assert tight.energy_to_go() <= 120_000.0 + 1e-6 and tight.bound
+    free = _greedy(math.inf)
+    assert free.gpus == {0: 4, 1: 4} and not free.bound  # without a budget every step that gains time
 
 
 def test_cpu_only_jobs_are_started_too():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -225,13 +226,15 @@ def powerflow(
         )
         for b in s["baselines"]:
             r = s["per_baseline"][b]
+            how = ", ".join(f"{n} {k}" for k, n in sorted(Counter(r["statuses"]).items()))
             console.print(
-                f"  vs {b}: mean JCT ratio {r['ratio']:.2f} ± {r['ratio_std']:.2f}, "
-                f"budget error {r['budget_error_pct']:+.1f} % (own windows), energy "
-                f"{r['window_energy_change_pct']:+.1f} % over the common window"
+                f"  vs {b}: mean JCT ratio {r['ratio']:.2f} ± {r['ratio_std']:.2f} at the baseline's energy "
+                f"({how}); PowerFlow's equal-energy run {r['budget_error_pct']:+.1f} % off that energy"
             )
         console.print(
-            "  common window: first submission to the latest end among a seed's runs (docs/energy.md)"
+            "  energies over the window of each seed's baselines and no-budget run, which PowerFlow's budgets "
+            "cover (docs/powerflow.md); within: the run landed within ±2 %; unused: PowerFlow cannot use that "
+            "much, its no-budget JCT; interpolated: on its budget sweep"
         )
         console.print(f"results.csv, sweep.csv, runs.csv, summary.md and plots in [bold]{result.out}[/]")
     if len(results) > 1:

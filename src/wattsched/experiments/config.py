@@ -56,6 +56,12 @@ class SimulationConfig(BaseModel):
     energy_budget_kwh: float | None = Field(
         None, gt=0, description="energy budget of the whole run for budget-aware policies (powerflow)"
     )
+    energy_budget_until_s: float | None = Field(
+        None,
+        gt=0,
+        description="the energy budget covers the run's energy up to this time, its tail after its last job "
+        "included (an accounting window's end, e.g. a compared run's last completion) [default: the run's own end]",
+    )
     checkpoint_interval_s: float = Field(
         0.0, ge=0, description="jobs checkpoint this often; a stop loses progress since (0: none lost)"
     )

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.atomic import write_text, write_with
+from ..engine.tail import PowerTail
 from .config import SimulationConfig
 from .parallel import grid_executor
 
@@ -123,10 +124,13 @@ class DemoSetup:
     price_csv: str
     carbon_csv: str
 
-    def config(self, run: DemoRun, budget_kwh: float | None = None) -> SimulationConfig:
+    def config(
+        self, run: DemoRun, budget_kwh: float | None = None, until_s: float | None = None
+    ) -> SimulationConfig:
         knobs = {**COMMON_KNOBS, **run.knobs}
         if budget_kwh is not None:
             knobs["energy_budget_kwh"] = budget_kwh
+            knobs["energy_budget_until_s"] = until_s
         return SimulationConfig(
             seed=self.seed,
             synthetic={"num_jobs": self.num_jobs},
@@ -137,12 +141,14 @@ class DemoSetup:
         )
 
 
-def run_one(setup: DemoSetup, name: str, budget_kwh: float | None) -> tuple[str, float]:
-    """Run one policy into OUT/<name>; its name and energy (kWh)."""
+def run_one(
+    setup: DemoSetup, name: str, budget_kwh: float | None, until_s: float | None = None
+) -> tuple[str, PowerTail]:
+    """Run one policy into OUT/<name>; its name and power tail (energy to any time from its own end on)."""
     from .run import run_simulation
 
-    result = run_simulation(setup.config(RUNS_BY_NAME[name], budget_kwh), Path(setup.out) / name)
-    return name, float(result.summary["energy_kwh"])
+    result = run_simulation(setup.config(RUNS_BY_NAME[name], budget_kwh, until_s), Path(setup.out) / name)
+    return name, PowerTail.from_summary(result.summary)
 
 
 @dataclass
@@ -163,9 +169,27 @@ def demo_notes(setup: DemoSetup, baseline_kwh: float) -> list[str]:
         "not measurements.",
         f"The price and carbon series are GENERATED daily sines ({Path(setup.price_csv).name}, "
         f"{Path(setup.carbon_csv).name}), not market data.",
-        f"PowerFlow's energy budget is the baseline's energy over its own window (first submission to its own "
-        f"last completion), {baseline_kwh:,.1f} kWh; the table compares every run over the common window.",
+        f"PowerFlow's energy budget is the baseline's energy over the baseline's window (first submission to its "
+        f"last completion), {baseline_kwh:,.1f} kWh, and covers PowerFlow's energy over that same window (its "
+        "idle tail included, energy_budget_until_s); the table compares every run over the common window of all.",
     ]
+
+
+def budget_landing_note(name: str, run: PowerTail, baseline: PowerTail) -> str:
+    """Where a budgeted run landed against the baseline's energy, both over the window its budget covered."""
+    end = max(run.end_s, baseline.end_s)
+    used, budget = float(run.over(end)["energy_kwh"]), float(baseline.over(end)["energy_kwh"])
+    off = used / budget - 1.0
+    if abs(off) <= 0.02:
+        return f"{name} used {used:,.1f} kWh against its {budget:,.1f} kWh budget ({off:+.1%}: within ±2 %)."
+    why = (
+        "more than it can use: without a budget it needs no more (docs/powerflow.md)"
+        if off < 0
+        else "a budget below the least energy this policy reaches (docs/powerflow.md)"
+    )
+    return (
+        f"{name} used {used:,.1f} kWh against its {budget:,.1f} kWh budget ({off:+.1%}): the budget is {why}."
+    )
 
 
 def run_demo(
@@ -183,7 +207,7 @@ def run_demo(
     after_baseline = [r.name for r in DEMO_RUNS if r.budget_is_baseline_energy]
     first = [r.name for r in DEMO_RUNS if not r.budget_is_baseline_energy]
     total = len(DEMO_RUNS)
-    energies: dict[str, float] = {}
+    tails: dict[str, PowerTail] = {}
     if progress:
         progress(0, total)
     with grid_executor(setup, workers, total, out=None) as pool:
@@ -191,26 +215,23 @@ def run_demo(
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
-                name, kwh = fut.result()
-                energies[name] = kwh
+                name, tail = fut.result()
+                tails[name] = tail
                 if name == BASELINE:  # the budgeted runs start as soon as the baseline's energy is known
-                    pending |= {pool.submit(run_one, n, kwh) for n in after_baseline}
+                    kwh = float(tail.over(tail.end_s)["energy_kwh"])
+                    pending |= {pool.submit(run_one, n, kwh, tail.end_s) for n in after_baseline}
                 if progress:
-                    progress(len(energies), total)
+                    progress(len(tails), total)
 
     runs = [out / r.name for r in DEMO_RUNS]
     record_in_run_dirs(runs)  # each run's summary.json gains its common_window block
     frame = comparison(runs, out / BASELINE)
     table = frame.assign(run=[Path(s).name for s in frame["source"]])  # the run's name, not its path
     write_with(out / "comparison.csv", lambda p: table.to_csv(p, index=False, float_format="%.10g"))
-    notes = demo_notes(setup, energies[BASELINE])
+    base = tails[BASELINE]
+    notes = demo_notes(setup, float(base.over(base.end_s)["energy_kwh"]))
     for name in after_baseline:
-        over = energies[name] / energies[BASELINE] - 1.0
-        if over > 0.005:  # say so next to the budget, not only in the table
-            notes.append(
-                f"{name} used {energies[name]:,.1f} kWh in its own window, {over:.1%} over its budget "
-                "(docs/powerflow.md)."
-            )
+        notes.append(budget_landing_note(name, tails[name], base))
     described = [*notes, *(f"{r.name}: {r.what}" for r in DEMO_RUNS)]
     html = build_report(
         runs, out / BASELINE, title="wattsched demo: energy-aware policies", notes=described, frame=frame

@@ -42,6 +42,7 @@ POLICY_SETTINGS = frozenset(
         "round_s",
         "round_on_events",
         "energy_budget_kwh",
+        "energy_budget_until_s",
         "power_manager",
         "power_states.idle_timeout_s",
         "power_states.forecast_interval_s",

@@ -210,7 +210,10 @@ def build_scheduler(cfg: SimulationConfig, setting_rule) -> Scheduler:
     if cfg.allocation is not None:
         policy = ALLOCATION_POLICIES.create(cfg.allocation)
         round_s = cfg.round_s or policy.default_round_s or DEFAULT_ROUND_S
-        params = {"energy_budget_kwh": cfg.energy_budget_kwh, "round_s": round_s}
+        params = {
+            "energy_budget_kwh": cfg.energy_budget_kwh, "energy_budget_until_s": cfg.energy_budget_until_s,
+            "round_s": round_s, "power_manager": cfg.power_manager,
+        }  # fmt: skip
         return RoundScheduler(policy, round_s, cfg.round_on_events, cfg.round_on_events, setting_rule, params)
     queue = QUEUE_POLICIES.create(cfg.queue)
     return QueuePlacementScheduler(queue, PLACEMENT_POLICIES.create(cfg.placement), setting_rule)

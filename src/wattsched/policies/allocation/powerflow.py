@@ -10,13 +10,17 @@ of its greedy, and the reconstruction) and docs/powerflow.md (every rule chosen 
 3. **GPUs.** One step at a time, the job with the largest (ΔJCT/JCT) / (ΔE/E) doubles its GPUs (powers of two),
    where JCT is its restart delay (if the count differs from what it holds) plus remaining work / rate, and E its
    remaining work x energy per iteration. A step that gains nothing after its restart cost is never taken.
-4. **Clocks up.** With what the budget pace leaves, clocks are raised by the same priority.
-5. **Budget pacer.** pace = (budget − energy used so far) / work left, in joules per reference GPU-second (a job's
-   work at its trace configuration: one GPU-second per GPU per second). A proposed allocation's cluster power
-   (static draw now + the jobs' dynamic GPU power) divided by its work rate must stay within the pace; a step that
-   would push it above the pace is not taken unless it lowers that ratio or its marginal power per marginal work
-   is within the pace. Steps 4 go first when the pace is tight
-   (clocks fall back to the energy-optimal ones before any GPU is withheld).
+4. **Clocks up.** With what the budget leaves, clocks are raised by the same priority.
+5. **Budget.** A feed-forward constraint on predicted energy (docs/seed-systems.md §2, docs/powerflow.md "Budget"):
+   a step is taken only if the energy to go stays within what is left (budget − energy used), or does not grow.
+   Energy to go = Σ remaining work x dynamic GPU energy per unit at the job's (GPUs, clock) + the least energy of
+   the jobs still queued or to arrive + the static draw (everything but the jobs' dynamic GPU power): with every
+   node on, over the remaining span, never shorter than the time to the last known arrival or to the end of the
+   budget's window (``energy_budget_until_s``); with idle nodes switched off, per node the allocation keeps on. So
+   a step is credited only the static energy it really saves. The static forecast is corrected by the loop's
+   multiplier m = actual / forecast static energy so far. Still above budget after every step that saves energy,
+   it cuts (clocks back to the energy-optimal ones, GPU halvings); a budget below the run's floor is refused before
+   any job starts, with the floor named.
 6. **Placement.** Buddy allocation with network packing (``policies/buddy.py``); a job that cannot be placed at its
    new size keeps its old placement.
 """
@@ -25,12 +29,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ...core.errors import WattschedError
 from ...core.gpus import gpu_model
-from ...core.states import STATUS_RUNNING
+from ...core.states import ON, STATUS_DONE, STATUS_DROPPED, STATUS_RUNNING, STATUS_UNSCHEDULABLE
 from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, sm_clock_range
 from ..base import PLACEMENT_POLICIES
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
@@ -38,6 +44,31 @@ from ..planning import Plan, job_gpu_codes
 
 J_PER_KWH = 3.6e6
 CLOCK_STEP = 0.1  # SM-clock grid: fractions of f_max from the GPU's lowest modelled clock to 1.0
+# The loop's multiplier on static energy: measured / forecast static energy so far, cumulative over the run (the
+# dynamic part is the performance model's own, so only the static draw's forecast needs correcting), within these
+# bounds (reconstructed).
+MULTIPLIER_BOUNDS = (0.5, 3.0)
+# Power managers that keep every node on: under them the static draw over the arrival span is part of the floor.
+NODES_STAY_ON = frozenset({"always-on"})
+
+
+class BudgetBelowFloorError(WattschedError):
+    """The energy budget is below what the run must use whatever the policy does."""
+
+
+@dataclass
+class _Budget:
+    """What one round's greedy must keep within (docs/powerflow.md, "Budget")."""
+
+    left_j: float  # energy allowed from now on: (budget - used) / multiplier; inf without a budget
+    static_w: float  # cluster draw besides the jobs' dynamic GPU power
+    span_floor_s: float  # the remaining span is never shorter: last known arrival, the budget window's end
+    queued_j: float  # least dynamic energy of pending jobs not admitted this round
+    queued_gpu_s: float = 0.0  # their least GPU-seconds (one GPU each)
+    # Where idle nodes are switched off, static power follows the nodes in use: this much per node on (0: every
+    # node stays on, static_w is paid over the whole span).
+    node_static_w: float = 0.0
+    nodes_on: int = 0  # nodes on now (idle ones draw until the power manager switches them off)
 
 
 @ALLOCATION_POLICIES.register("powerflow")
@@ -47,15 +78,22 @@ class PowerFlow(AllocationPolicy):
     reconstructed = True
     basis = (
         "PowerFlow (Gu et al., arXiv 2304.06381): greedy (dJCT/JCT)/(dE/E) GPU allocation as a secondary "
-        "description states it, energy-optimal clocks, a budget pacer, buddy allocation; docs/powerflow.md"
+        "description states it, energy-optimal clocks, a feed-forward budget on predicted energy with a feedback "
+        "multiplier, buddy allocation; docs/powerflow.md"
     )
     needs_models = True
     default_round_s = 60.0  # docs/seed-systems.md §2 ("each round, e.g. 60 s")
     decide_on_arrival = True
     decide_on_completion = True
 
-    def __init__(self, energy_budget_kwh: float | None = None, placement: str = "buddy") -> None:
+    def __init__(
+        self,
+        energy_budget_kwh: float | None = None,
+        placement: str = "buddy",
+        budget_until_s: float | None = None,
+    ) -> None:
         self.budget_j = math.inf if energy_budget_kwh is None else float(energy_budget_kwh) * J_PER_KWH
+        self.budget_until_s = budget_until_s
         self.placement_name = placement
         self.placement = PLACEMENT_POLICIES.create(placement)
 
@@ -63,6 +101,9 @@ class PowerFlow(AllocationPolicy):
         budget = ctx.params.get("energy_budget_kwh")
         if budget is not None:
             self.budget_j = float(budget) * J_PER_KWH
+        if ctx.params.get("energy_budget_until_s") is not None:
+            self.budget_until_s = float(ctx.params["energy_budget_until_s"])
+        self.nodes_stay_on = ctx.params.get("power_manager", "always-on") in NODES_STAY_ON
         self.placement.bind(ctx.spec, ctx.rng, ctx.node_rank)
         self.perf, self.spec, self.jobs = ctx.perf, ctx.spec, ctx.jobs
         self.codes = job_gpu_codes(ctx)
@@ -74,12 +115,23 @@ class PowerFlow(AllocationPolicy):
             trace = int(self.perf.trace_gpus[j])
             rate = self._rate(j, trace, DEFAULT_SETTING)
             self.ref_gpu_s_per_unit[j] = trace / rate if rate > 0 else 0.0
+        self._fastest_rate: np.ndarray | None = None  # per job, its rate at its largest GPU count (lazily)
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
         self._top: dict[int, int] = {}
         self._last_signature: tuple | None = None
-        self._last_pace = math.nan
+        self._last_left = math.nan
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
+        gpu_jobs = ctx.jobs.num_gpu > 0
+        self.last_arrival_s = float(ctx.jobs.submit_s[gpu_jobs].max()) if gpu_jobs.any() else 0.0
+        self.first_arrival_s = float(ctx.jobs.submit_s[gpu_jobs].min()) if gpu_jobs.any() else 0.0
+        self.multiplier = 1.0  # actual / forecast static energy so far
+        self._plan: tuple[float, float, float] | None = None  # (time, planned dynamic W, forecast static W)
+        self._static_actual_so_far_j = self._static_forecast_so_far_j = 0.0
+        self.floor_kwh: float | None = None
+        self.node_static_w = 0.0
+        self.metered = True
+        self.rounds = self.rounds_budget_bound = 0
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -87,7 +139,16 @@ class PowerFlow(AllocationPolicy):
             "gpu_counts": "powers of two up to the job's largest measured count",
             "clock_grid": f"SM-clock fractions from the GPU's lowest modelled clock to 1.0 in steps of {CLOCK_STEP}",
             "priority": "(dJCT/JCT) / (dE/E), JCT including the restart delay of a changed count",
-            "pacer": "(budget - energy used) / reference GPU-seconds of work left; clocks yield before GPUs",
+            "energy_budget_until_s": self.budget_until_s,
+            "budget_rule": "energy to go (remaining work x dynamic energy per unit at each job's GPUs and clock + "
+            "queued jobs' least + static draw over the remaining span, never shorter than the last arrival or the "
+            "budget window; per node kept on where idle nodes go off) within budget - used",
+            "static_multiplier": "actual / forecast static energy so far",
+            "floor_kwh": None if self.floor_kwh is None or math.isnan(self.floor_kwh) else self.floor_kwh,
+            "multiplier_last": round(self.multiplier, 4),
+            "rounds": self.rounds,
+            "rounds_budget_bound": self.rounds_budget_bound,
+            "budget_binding": (None if math.isinf(self.budget_j) else self.rounds_budget_bound > 0),
             "admission": "running jobs keep a GPU; pending jobs by shortest remaining work",
             "placement": self.placement_name,
             "reconstructed": "the paper's equations and settings are not public (docs/powerflow.md)",
@@ -149,14 +210,16 @@ class PowerFlow(AllocationPolicy):
         pending = waiting[self.jobs.num_gpu[waiting] > 0]
         if running.size == 0 and waiting.size == 0:
             return Decision()
-        # A round with the same jobs running and waiting as at the last decision, a pace within 1 % of that
+        # A round with the same jobs running and waiting as at the last decision, energy left within 1 % of that
         # decision's, and nothing changed in the cluster since (no GPU freed, no node booted or switched off, no
         # setting changed) has nothing new to decide.
         signature = (running.tobytes(), waiting.tobytes())
-        pace = self._pace(view)
-        if signature == self._last_signature and _close(pace, self._last_pace) and not view.changes.any:
+        self._check_floor(view)
+        self._update_multiplier(view)
+        left = self._left_j(view)
+        if signature == self._last_signature and _close(left, self._last_left) and not view.changes.any:
             return Decision(keep=running)
-        self._last_signature, self._last_pace = signature, pace
+        self._last_signature, self._last_left = signature, left
         capacity = int(view.spec.gpu_count[view.state.available].sum())
         rem_p = view.remaining_work(pending)
         admitted = running.tolist()
@@ -168,18 +231,142 @@ class PowerFlow(AllocationPolicy):
         remaining = dict(
             zip(admitted, view.remaining_work(np.asarray(admitted, dtype=np.int64)).tolist(), strict=True)
         )
+        budget = self._round_budget(view, held, left, set(admitted), pending)
         state = _Greedy(self, view, held, remaining, capacity)
-        state.run(admitted, pace)
+        state.run(admitted, budget)
+        self.rounds += 1
+        self.rounds_budget_bound += int(state.bound)
+        self._plan = (view.now, state.dynamic_w(), state.static_w())
         return self._place(view, running, state.gpus, state.setting, cpu_only)
 
-    def _pace(self, view: ClusterView) -> float:
-        """Joules of cluster energy allowed per reference GPU-second of work left: the budget not yet used,
-        spread over the work left (docs/powerflow.md, pacer)."""
+    def _left_j(self, view: ClusterView) -> float:
+        """Energy the run may still use (inf without a budget)."""
         if math.isinf(self.budget_j):
             return math.inf
-        everyone = np.arange(len(self.jobs))
-        left = float((view.remaining_work(everyone) * self.ref_gpu_s_per_unit).sum())
-        return max(self.budget_j - view.energy_used_j(), 0.0) / left if left > 0 else math.inf
+        return max(self.budget_j - view.energy_used_j(), 0.0)
+
+    def _update_multiplier(self, view: ClusterView) -> None:
+        """m = static energy as measured / as forecast, both over the run so far (cumulative, so that one round's
+        transient does not swing it). The static draw is measured at each decision (cluster power less the
+        running jobs' dynamic GPU power) and held over the interval before it."""
+        # Every node on: the static draw is measured, not forecast, and needs no correction.
+        if self._plan is None or math.isinf(self.budget_j) or not self.metered or self.nodes_stay_on:
+            return
+        t0, _, static_w = self._plan
+        dt = max(view.now - t0, 0.0)
+        held = dict(
+            zip(view.running_jobs().tolist(), view.held_gpus(view.running_jobs()).tolist(), strict=True)
+        )
+        self._static_actual_so_far_j += self._static_w(view, held) * dt
+        self._static_forecast_so_far_j += static_w * dt
+        self._plan = (view.now, self._plan[1], static_w)
+        if self._static_forecast_so_far_j > 0:
+            ratio = self._static_actual_so_far_j / self._static_forecast_so_far_j
+            self.multiplier = min(max(ratio, MULTIPLIER_BOUNDS[0]), MULTIPLIER_BOUNDS[1])
+
+    def _span_floor_s(self, view: ClusterView, unfinished: np.ndarray, remaining: np.ndarray) -> float:
+        """The remaining span is never shorter than the time to the last known arrival, to the budget window's
+        end, or to the earliest end of any unfinished job not admitted now (arrival, then its work at its largest
+        GPU count)."""
+        until = max(self.last_arrival_s, self.budget_until_s or 0.0)
+        if unfinished.size:
+            if self._fastest_rate is None:
+                capacity = int(view.spec.gpu_count.sum())
+                self._fastest_rate = np.array([
+                    self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING) if self.jobs.num_gpu[j] > 0 else 1.0
+                    for j in range(len(self.jobs))
+                ])  # fmt: skip
+            starts = np.maximum(self.jobs.submit_s[unfinished], view.now)
+            until = max(until, float((starts + remaining / self._fastest_rate[unfinished]).max()))
+        return max(until - view.now, 0.0)
+
+    def _least_dynamic_j(self, job: int, remaining: float) -> float:
+        """The least dynamic GPU energy of `remaining` work: one GPU at its energy-optimal clock."""
+        _, rates, dyn = self._options_at(job, 1)
+        return remaining * float(dyn[0]) / float(rates[0]) if rates[0] > 0 else 0.0
+
+    def _static_w(self, view: ClusterView, held: dict[int, int]) -> float:
+        """Cluster power now less the running jobs' dynamic GPU power at their present settings (0 in a run
+        without energy accounting, which has no budget either)."""
+        if not self.metered:
+            return 0.0
+        running_dyn = 0.0
+        for j, h in held.items():
+            now = view.target(j)
+            code = int(self.codes[j])
+            running_dyn += h * (self.perf.gpu_power_w(j, code, now.setting) - self._idle_w(code))
+        return max(view.power_w() - running_dyn, 0.0)
+
+    def _round_budget(self, view: ClusterView, held: dict, left: float, admitted: set, pending) -> _Budget:
+        # Every unfinished GPU job not admitted now (queued, or still to arrive) at its least dynamic energy.
+        done = np.isin(view.status, (STATUS_DONE, STATUS_DROPPED, STATUS_UNSCHEDULABLE))
+        rest = np.flatnonzero(~done & (self.jobs.num_gpu > 0))
+        rest = rest[~np.isin(rest, np.fromiter(admitted, dtype=np.int64, count=len(admitted)))]
+        rem = view.remaining_work(rest).tolist() if rest.size else []
+        queued = rest.tolist()
+        # Every node on: the static draw measured now. Idle nodes off: a node's static draw (measured on the
+        # first round) per node the allocation needs; either way times the loop's correction.
+        static = self._static_w(view, held) * self.multiplier if self.nodes_stay_on else 0.0
+        node_static = 0.0 if self.nodes_stay_on else self.node_static_w * self.multiplier
+        least_gpu_s = sum(r / float(self._options_at(j, 1)[1][0]) for j, r in zip(queued, rem, strict=True))
+        return _Budget(
+            queued_gpu_s=least_gpu_s,
+            left_j=left,
+            static_w=static,
+            node_static_w=node_static,
+            nodes_on=int(np.count_nonzero(view.power_state == ON)),
+            span_floor_s=self._span_floor_s(view, rest, np.asarray(rem, dtype=np.float64)),
+            queued_j=sum(self._least_dynamic_j(j, r) for j, r in zip(queued, rem, strict=True))
+            + node_static / self.per_node * least_gpu_s,
+        )
+
+    def _check_floor(self, view: ClusterView) -> None:
+        """On the first round, before any job starts: measure a node's static draw, and refuse a budget below
+        the run's floor: the least dynamic energy of all the work (one GPU each at its energy-optimal clock)
+        plus the least static draw: every node on, the static draw over the shortest the run can last (the
+        arrival span, or a job's arrival plus its work at its largest GPU count, whichever ends last); idle nodes
+        off, a node's static draw per GPU over the work's least GPU-seconds (one GPU each)."""
+        if self.floor_kwh is not None:
+            return
+        try:
+            view.power_w()
+        except WattschedError:  # no power meter: no energy accounting, so no budget to keep
+            if not math.isinf(self.budget_j):
+                raise
+            self.metered = False
+        on = max(int(np.count_nonzero(view.power_state == ON)), 1)
+        static_now = self._static_w(view, {})
+        self.node_static_w = static_now / on
+        if math.isinf(self.budget_j):
+            self.floor_kwh = math.nan
+            return
+        gpu_jobs = np.flatnonzero(self.jobs.num_gpu > 0)
+        work = view.remaining_work(gpu_jobs).tolist()
+        dynamic = sum(self._least_dynamic_j(j, w) for j, w in zip(gpu_jobs.tolist(), work, strict=True))
+        static = 0.0
+        if self.nodes_stay_on:
+            capacity = int(view.spec.gpu_count.sum())
+            ends = [
+                float(self.jobs.submit_s[j])
+                + w / self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING)
+                for j, w in zip(gpu_jobs.tolist(), work, strict=True)
+            ]
+            span = max([self.last_arrival_s, *ends]) - self.first_arrival_s
+            static = static_now * max(span, 0.0)
+        else:  # idle nodes off: at least the nodes the work's least GPU-seconds (one GPU each) keep on
+            least_gpu_s = sum(
+                w / float(self._options_at(j, 1)[1][0]) for j, w in zip(gpu_jobs.tolist(), work, strict=True)
+            )
+            static = self.node_static_w / self.per_node * least_gpu_s
+        self.floor_kwh = (dynamic + static) / J_PER_KWH
+        budget_kwh = self.budget_j / J_PER_KWH
+        if budget_kwh < self.floor_kwh:
+            raise BudgetBelowFloorError(
+                f"energy budget {budget_kwh:.3f} kWh is below this run's floor of {self.floor_kwh:.3f} kWh "
+                f"(least dynamic energy of the work {dynamic / J_PER_KWH:.3f} kWh"
+                + (f" + the least static draw {static / J_PER_KWH:.3f} kWh" if static else "")
+                + "): give a larger --energy-budget-kwh"
+            )
 
     def _place(
         self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
@@ -220,7 +407,8 @@ class PowerFlow(AllocationPolicy):
 
 
 class _Greedy:
-    """One round's greedy: GPU doublings at energy-optimal clocks, then clock raises, within the pace."""
+    """One round's greedy: GPU doublings at energy-optimal clocks, then clock raises, within the budget; above
+    it, cuts (docs/powerflow.md, "Budget")."""
 
     def __init__(self, policy: PowerFlow, view: ClusterView, held: dict, remaining: dict, capacity: int):
         self.p = policy
@@ -230,10 +418,10 @@ class _Greedy:
         self.gpus: dict[int, int] = {}
         self.clock: dict[int, int] = {}  # index into the job's options at its GPU count
         self.setting: dict[int, GpuSetting] = {}
-        # Cluster draw that does not depend on this round's choices: everything but the jobs' dynamic GPU power.
-        self.static_w = 0.0
         self.view = view
+        self.bound = False  # the budget refused a step or forced a cut this round
 
+    # --- per-job terms ------------------------------------------------------------------------------------
     def _jct(self, job: int, gpus: int, clock: int) -> float:
         _, rates, _ = self.p._options_at(job, gpus)
         delay = 0.0
@@ -241,27 +429,91 @@ class _Greedy:
             delay = self.p.perf.restart_delay_s(job, gpus, False)
         return delay + self.remaining[job] / rates[clock]
 
-    def _energy(self, job: int, gpus: int, clock: int) -> float:
+    def _terms(self, job: int, gpus: int, clock: int) -> tuple[float, float, float]:
+        """(dynamic energy to go J, GPUs, JCT s) of the job at (gpus, clock)."""
         _, rates, dyn = self.p._options_at(job, gpus)
-        idle = self.p._idle_w(int(self.p.codes[job]))
-        return self.remaining[job] * (dyn[clock] + gpus * idle) / rates[clock]
+        return (
+            self.remaining[job] * float(dyn[clock]) / float(rates[clock]),
+            float(gpus),
+            self._jct(job, gpus, clock),
+        )
 
+    # --- energy to go of the whole allocation ---------------------------------------------------------------
+    def _energy(self, agg: tuple[float, float, float], longest_s: float) -> float:
+        """Energy to go of an allocation with aggregates (dynamic energy J, GPUs, GPU-seconds): its dynamic
+        energy, the queued jobs' least, and the static draw. Every node on: the static draw over the remaining
+        span. Idle nodes off: a node's static draw per node the allocation keeps on (its GPUs packed) over its
+        GPU-weighted mean JCT."""
+        dyn_j, gpus, gpu_s = agg
+        b = self.budget
+        if b.node_static_w > 0:
+            nodes = math.ceil(gpus / self.p.per_node) if gpus > 0 else 0
+            static = b.node_static_w * nodes * (gpu_s / gpus if gpus > 0 else 0.0)
+        else:
+            # No shorter than the GPU-seconds left (the queued jobs' least included) spread over every GPU.
+            span = max(b.span_floor_s, longest_s, (gpu_s + b.queued_gpu_s) / max(self.capacity, 1))
+            static = b.static_w * span
+        return dyn_j + b.queued_j + static
+
+    def _after(self, job: int, new_gpus: int, new_clock: int) -> tuple[float, tuple, float]:
+        """(energy to go, aggregates, longest JCT) if the job moved to (gpus, clock)."""
+        e0, g0, t0 = self.job_terms[job]
+        e1, g1, t1 = self._terms(job, new_gpus, new_clock)
+        dyn_j, gpus, gpu_s = self.agg
+        agg = (dyn_j - e0 + e1, gpus - g0 + g1, gpu_s - g0 * t0 + g1 * t1)
+        longest = max(t1, self.second_jct if job == self.longest_job else self.longest_jct)
+        return self._energy(agg, longest), agg, longest
+
+    def _refresh_longest(self) -> None:
+        order = sorted(((t[2], j) for j, t in self.job_terms.items()), reverse=True)
+        self.longest_jct, self.longest_job = order[0] if order else (0.0, -1)
+        self.second_jct = order[1][0] if len(order) > 1 else 0.0
+
+    def energy_to_go(self) -> float:
+        return self._energy(self.agg, self.longest_jct)
+
+    def dynamic_w(self) -> float:
+        """The allocation's dynamic GPU power (W)."""
+        return sum(self.p._options_at(j, self.gpus[j])[2][self.clock[j]] for j in self.job_terms)
+
+    def static_w(self) -> float:
+        """The static draw the allocation is forecast to cost now, before the multiplier (W)."""
+        b = self.budget
+        nodes = max(math.ceil(sum(self.gpus.values()) / self.p.per_node), b.nodes_on)
+        return (b.static_w + b.node_static_w * nodes) / (self.p.multiplier or 1.0)
+
+    # --- steps ----------------------------------------------------------------------------------------------
     def _priority(self, job: int, gpus: int, clock: int, new_gpus: int, new_clock: int) -> float:
+        """(dJCT/JCT) / (dE/E), E the allocation's energy to go (so a step that ends the run sooner is credited
+        only the static energy it really saves); a step that saves energy and time first."""
         jct, jct2 = self._jct(job, gpus, clock), self._jct(job, new_gpus, new_clock)
         gain = jct - jct2
         if gain <= 0 or jct <= 0:
             return -math.inf
-        e, e2 = self._energy(job, gpus, clock), self._energy(job, new_gpus, new_clock)
-        if e2 - e <= 0:
+        e = self.energy_to_go()
+        e2 = self._after(job, new_gpus, new_clock)[0]
+        if e2 - e <= 0 or e <= 0:
             return math.inf
         return (gain / jct) / ((e2 - e) / e)
 
-    def _work_rate_and_power(self, job: int, gpus: int, clock: int) -> tuple[float, float]:
-        _, rates, dyn = self.p._options_at(job, gpus)
-        return rates[clock] * self.p.ref_gpu_s_per_unit[job], dyn[clock]
+    def _allowed(self, job: int, new_gpus: int, new_clock: int) -> bool:
+        """Within what is left, or no dearer than now."""
+        if math.isinf(self.budget.left_j):
+            return True
+        after = self._after(job, new_gpus, new_clock)[0]
+        ok = after <= self.budget.left_j or after <= self.energy_to_go()
+        self.bound |= not ok
+        return ok
 
-    def run(self, admitted: list[int], pace: float) -> None:
-        view, p = self.view, self.p
+    def _apply(self, job: int, new_gpus: int, new_clock: int) -> None:
+        _, self.agg, _ = self._after(job, new_gpus, new_clock)
+        self.job_terms[job] = self._terms(job, new_gpus, new_clock)
+        self.gpus[job], self.clock[job] = new_gpus, new_clock
+        self._refresh_longest()
+
+    def run(self, admitted: list[int], budget: _Budget) -> None:
+        p = self.p
+        self.budget = budget
         levels = {j: p._levels(j, self.capacity) for j in admitted}
         for j in admitted:
             # A running job starts from what it holds (rounded down to a power of two), so that the greedy does
@@ -275,25 +527,13 @@ class _Greedy:
             if self.gpus[big] == 1:
                 break
             self.gpus[big] //= 2
-        # Static draw now = cluster power - the running jobs' dynamic GPU power at their present settings.
-        running_dyn = 0.0
-        if not math.isinf(p.budget_j):
-            for j, h in self.held.items():
-                now = view.target(j)
-                code = int(p.codes[j])
-                running_dyn += h * (p.perf.gpu_power_w(j, code, now.setting) - p._idle_w(code))
-            self.static_w = max(view.power_w() - running_dyn, 0.0)
-        work = power = 0.0
-        for j in admitted:
-            w, d = self._work_rate_and_power(j, self.gpus[j], 0)
-            work, power = work + w, power + d
-        self.work, self.power, self.pace = work, power, pace
+        self.job_terms = {j: self._terms(j, self.gpus[j], 0) for j in admitted}
+        terms = self.job_terms.values()
+        self.agg = (sum(t[0] for t in terms), sum(t[1] for t in terms), sum(t[1] * t[2] for t in terms))
+        self._refresh_longest()
         left = self.capacity - sum(self.gpus.values())
-        heap = []
-        for j in admitted:
-            a = self.gpus[j]
-            if 2 * a in levels[j]:
-                heap.append((-self._priority(j, a, 0, 2 * a, 0), j))
+        heap = [(-self._priority(j, self.gpus[j], 0, 2 * self.gpus[j], 0), j) for j in admitted
+                if 2 * self.gpus[j] in levels[j]]  # fmt: skip
         heapq.heapify(heap)
         while heap:
             neg, j = heapq.heappop(heap)
@@ -302,70 +542,64 @@ class _Greedy:
             a = self.gpus[j]
             if a > left:
                 continue  # cannot double; smaller jobs may still grow
-            if not self._within_pace(j, a, 0, 2 * a, 0):
+            if not self._allowed(j, 2 * a, 0):
                 continue
-            self._apply(j, a, 0, 2 * a, 0)
+            self._apply(j, 2 * a, 0)
             left -= a
             if 4 * a in levels[j]:
                 heapq.heappush(heap, (-self._priority(j, 2 * a, 0, 4 * a, 0), j))
-        # Clocks up with what the pace leaves.
-        heap = []
-        for j in admitted:
-            if len(p._options_at(j, self.gpus[j])[0]) > 1:
-                heap.append((-self._priority(j, self.gpus[j], 0, self.gpus[j], 1), j))
+        # Clocks up with what the budget leaves.
+        heap = [(-self._priority(j, self.gpus[j], 0, self.gpus[j], 1), j) for j in admitted
+                if len(p._options_at(j, self.gpus[j])[0]) > 1]  # fmt: skip
         heapq.heapify(heap)
         while heap:
             neg, j = heapq.heappop(heap)
             if -neg == -math.inf:
                 break
             a, c = self.gpus[j], self.clock[j]
-            if not self._within_pace(j, a, c, a, c + 1):
+            if not self._allowed(j, a, c + 1):
                 continue
-            self._apply(j, a, c, a, c + 1)
+            self._apply(j, a, c + 1)
             if c + 2 < len(p._options_at(j, a)[0]):
                 heapq.heappush(heap, (-self._priority(j, a, c + 1, a, c + 2), j))
-        # Still above the pace with energy-optimal clocks: take GPUs away, halving the job whose halving lowers
-        # the ratio most, while that helps.
-        while self._ratio(self.work, self.power) > self.pace:
-            best, best_ratio = None, self._ratio(self.work, self.power)
-            for j in admitted:
-                a = self.gpus[j]
-                if a == 1:
-                    continue
-                w0, d0 = self._work_rate_and_power(j, a, self.clock[j])
-                w1, d1 = self._work_rate_and_power(j, a // 2, 0)
-                ratio = self._ratio(self.work - w0 + w1, self.power - d0 + d1)
-                if ratio < best_ratio:
-                    best, best_ratio = j, ratio
-            if best is None:
-                break
-            self._apply(best, self.gpus[best], self.clock[best], self.gpus[best] // 2, 0)
+        self._cut(admitted)
         for j in admitted:
             self.setting[j] = p._options_at(j, self.gpus[j])[0][self.clock[j]]
 
-    def _ratio(self, work: float, power: float) -> float:
-        """Cluster power (static draw now + the jobs' dynamic GPU power) per unit of work rate: joules per
-        reference GPU-second. Static draw is shared by all work, so a step that adds work can lower it."""
-        return (self.static_w + power) / work if work > 0 else math.inf
-
-    def _within_pace(self, job: int, gpus: int, clock: int, new_gpus: int, new_clock: int) -> bool:
-        if math.isinf(self.pace):
-            return True
-        w0, d0 = self._work_rate_and_power(job, gpus, clock)
-        w1, d1 = self._work_rate_and_power(job, new_gpus, new_clock)
-        before = self._ratio(self.work, self.power)
-        after = self._ratio(self.work - w0 + w1, self.power - d0 + d1)
-        # Within the pace on average, or cheaper on average than before, or paying for itself at the margin
-        # (extra power per extra work rate within the pace: the static draw is paid whatever the step).
-        marginal = (d1 - d0) / (w1 - w0) if w1 > w0 else math.inf
-        return after <= self.pace or after <= before or marginal <= self.pace
-
-    def _apply(self, job: int, gpus: int, clock: int, new_gpus: int, new_clock: int) -> None:
-        w0, d0 = self._work_rate_and_power(job, gpus, clock)
-        w1, d1 = self._work_rate_and_power(job, new_gpus, new_clock)
-        self.work += w1 - w0
-        self.power += d1 - d0
-        self.gpus[job], self.clock[job] = new_gpus, new_clock
+    def _cut(self, admitted: list[int]) -> None:
+        """Still above what is left after every step that saves energy: clocks back to the energy-optimal ones
+        and GPU halvings, each time the one that costs the least JCT per energy saved ((dJCT/JCT) / (dE/E), the
+        greedy's priority read backwards), while one saves energy."""
+        if self.energy_to_go() <= self.budget.left_j:
+            return
+        self.bound = True
+        # Cutting saves dynamic energy only: if even every job at one GPU and its energy-optimal clock would not
+        # bring the energy to go within what is left (the excess is static draw over a span no cut shortens),
+        # cutting would only slow jobs down for nothing this round.
+        least = sum(
+            self.remaining[j] * float(self.p._options_at(j, 1)[2][0]) / float(self.p._options_at(j, 1)[1][0])
+            for j in admitted
+        )
+        if self.energy_to_go() - (self.agg[0] - least) > self.budget.left_j:
+            return
+        while self.energy_to_go() > self.budget.left_j:
+            now = self.energy_to_go()
+            best, best_cost = None, math.inf
+            for j in admitted:
+                moves = [(self.gpus[j], 0)] if self.clock[j] > 0 else []
+                moves += [(self.gpus[j] // 2, 0)] if self.gpus[j] > 1 else []
+                for move in moves:
+                    saved = now - self._after(j, *move)[0]
+                    if saved <= 0:
+                        continue
+                    jct = self._jct(j, self.gpus[j], self.clock[j])
+                    loss = max(self._jct(j, *move) - jct, 0.0) / jct if jct > 0 else 0.0
+                    cost = loss / (saved / now)
+                    if cost < best_cost:
+                        best, best_cost = (j, *move), cost
+            if best is None:
+                break
+            self._apply(*best)
 
 
 def _close(a: float, b: float) -> bool:
