@@ -126,7 +126,7 @@ class PowerFlow(AllocationPolicy):
         self.last_arrival_s = float(ctx.jobs.submit_s[gpu_jobs].max()) if gpu_jobs.any() else 0.0
         self.first_arrival_s = float(ctx.jobs.submit_s[gpu_jobs].min()) if gpu_jobs.any() else 0.0
         self.multiplier = 1.0  # actual / forecast static energy so far
-        self._plan: tuple[float, float, float] | None = None  # (time, planned dynamic W, forecast static W)
+        self._plan: tuple[float, float] | None = None  # (time, forecast static W) of the last decision
         self._static_actual_so_far_j = self._static_forecast_so_far_j = 0.0
         self.floor_kwh: float | None = None
         self.node_static_w = 0.0
@@ -236,7 +236,7 @@ class PowerFlow(AllocationPolicy):
         state.run(admitted, budget)
         self.rounds += 1
         self.rounds_budget_bound += int(state.bound)
-        self._plan = (view.now, state.dynamic_w(), state.static_w())
+        self._plan = (view.now, state.static_w())
         return self._place(view, running, state.gpus, state.setting, cpu_only)
 
     def _left_j(self, view: ClusterView) -> float:
@@ -252,14 +252,14 @@ class PowerFlow(AllocationPolicy):
         # Every node on: the static draw is measured, not forecast, and needs no correction.
         if self._plan is None or math.isinf(self.budget_j) or not self.metered or self.nodes_stay_on:
             return
-        t0, _, static_w = self._plan
+        t0, static_w = self._plan
         dt = max(view.now - t0, 0.0)
         held = dict(
             zip(view.running_jobs().tolist(), view.held_gpus(view.running_jobs()).tolist(), strict=True)
         )
         self._static_actual_so_far_j += self._static_w(view, held) * dt
         self._static_forecast_so_far_j += static_w * dt
-        self._plan = (view.now, self._plan[1], static_w)
+        self._plan = (view.now, static_w)
         if self._static_forecast_so_far_j > 0:
             ratio = self._static_actual_so_far_j / self._static_forecast_so_far_j
             self.multiplier = min(max(ratio, MULTIPLIER_BOUNDS[0]), MULTIPLIER_BOUNDS[1])
@@ -471,10 +471,6 @@ class _Greedy:
 
     def energy_to_go(self) -> float:
         return self._energy(self.agg, self.longest_jct)
-
-    def dynamic_w(self) -> float:
-        """The allocation's dynamic GPU power (W)."""
-        return sum(self.p._options_at(j, self.gpus[j])[2][self.clock[j]] for j in self.job_terms)
 
     def static_w(self) -> float:
         """The static draw the allocation is forecast to cost now, before the multiplier (W)."""
