@@ -159,7 +159,7 @@ def _greedy(left_j: float):
     # until the last job ends. Both on one GPU: dynamic 2 x 100 W x 100 s, span 100 s, static 100 kJ: 120 kJ.
     rates = {(0, 1): 1.0, (0, 2): 1.05, (0, 4): 1.08, (1, 1): 1.0, (1, 2): 2.0, (1, 4): 4.0}
     budget = powerflow._Budget(left_j=left_j, static_w=1000.0, span_floor_s=0.0, queued_j=0.0)
-    greedy = powerflow._Greedy(_StubPolicy(rates, 100.0), None, {}, {0: 100.0, 1: 100.0}, 8)
+    greedy = powerflow._Greedy(_StubPolicy(rates, 100.0), {}, {0: 100.0, 1: 100.0}, 8)
     greedy.run([0, 1], budget)
     return greedy
 

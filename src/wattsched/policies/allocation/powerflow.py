@@ -232,7 +232,7 @@ class PowerFlow(AllocationPolicy):
             zip(admitted, view.remaining_work(np.asarray(admitted, dtype=np.int64)).tolist(), strict=True)
         )
         budget = self._round_budget(view, held, left, set(admitted), pending)
-        state = _Greedy(self, view, held, remaining, capacity)
+        state = _Greedy(self, held, remaining, capacity)
         state.run(admitted, budget)
         self.rounds += 1
         self.rounds_budget_bound += int(state.bound)
@@ -410,7 +410,7 @@ class _Greedy:
     """One round's greedy: GPU doublings at energy-optimal clocks, then clock raises, within the budget; above
     it, cuts (docs/powerflow.md, "Budget")."""
 
-    def __init__(self, policy: PowerFlow, view: ClusterView, held: dict, remaining: dict, capacity: int):
+    def __init__(self, policy: PowerFlow, held: dict, remaining: dict, capacity: int):
         self.p = policy
         self.held = held
         self.remaining = remaining
@@ -418,7 +418,6 @@ class _Greedy:
         self.gpus: dict[int, int] = {}
         self.clock: dict[int, int] = {}  # index into the job's options at its GPU count
         self.setting: dict[int, GpuSetting] = {}
-        self.view = view
         self.bound = False  # the budget refused a step or forced a cut this round
 
     # --- per-job terms ------------------------------------------------------------------------------------
