@@ -194,3 +194,24 @@ def test_documented_example_runs_on_the_repositorys_own_profiles(tmp_path):
     assert jobs.loc["a1", "placement"] == jobs.loc["r50", "placement"]
     assert 2.1 < jobs.loc["a1", "jct_s"] / 3600 < 2.3  # GPU-bound pair: about 0.45 of their speed alone
     assert jobs.loc["bert", "jct_s"] == pytest.approx(3600.0)
+
+
+def test_a_job_profiled_only_on_a_secondary_gpu_type_keeps_one_work_unit(tmp_path):
+    # The cluster's main type (most GPUs) is A100, which the profiles do not cover; the job is pinned to the H200
+    # its profile measured. Its work comes from that profile (iterations), so alone it takes its trace duration
+    # (a first version counted its work in seconds but its speed in iterations: it finished in 9.9 s).
+    (tmp_path / "cluster.yaml").write_text(
+        "name: mixed\nnode_groups:\n"
+        "  - {count: 2, gpus: 8, gpu_model: A100, cpu_milli: 64000, memory_mib: 262144}\n"
+        "  - {count: 1, gpus: 2, gpu_model: H200, cpu_milli: 64000, memory_mib: 262144}\n"
+    )
+    (tmp_path / "jobs.csv").write_text(
+        "job_id,submit_time,duration,num_gpu,gpu_model,model_name,batch_size\na,0,1000,1,H200,alpha,32\n"
+    )
+    cfg = SimulationConfig(
+        workload=str(tmp_path / "jobs.csv"), cluster=str(tmp_path / "cluster.yaml"), queue="fifo",
+        placement="best-fit", profiles=str(FIXTURES / "pair.csv"),
+    )  # fmt: skip
+    job = run_simulation(cfg).jobs.iloc[0]
+    assert job["jct_s"] == pytest.approx(1000.0)
+    assert job["work"] == pytest.approx(1000 * 101.0) and job["perf_source"].startswith("measured:")

@@ -116,6 +116,7 @@ class PerformanceModel:
         self._profile: dict[int, list[Solo | None]] = {}
         self._measured_load: dict[int, np.ndarray] = {}
         self._measured_util: dict[int, np.ndarray] = {}
+        self._profile_ref = np.full(n, -1, dtype=np.int64)  # per job, the GPU code of its reference profile
         self.source = np.where(jobs.num_gpu > 0, "trace", "").astype(object)
         per_node = {
             c: int(spec.gpu_count[spec.gpu_model_code == c].max()) for c in range(len(spec.gpu_models))
@@ -254,26 +255,29 @@ class PerformanceModel:
                 self._profile[code] = found
                 self._measured_load[code] = loads
                 self._measured_util[code] = utils
-        main = self._profile.get(self._main_or_largest())
-        if main is None:
-            if self._profile:
-                self.notes.append("profiles cover jobs only on GPU types other than the main one: used there")
-            self._mark_profiled_sources()
-            return
+        # Each profiled job's reference type: the main one if profiled there, else the first type it is profiled
+        # on. A job not modelled yet gets its work (iterations) from its reference profile, so that its work and
+        # every rate it gets are in the same unit; a job modelled by a table keeps the table's iterations.
         code0 = self._main_or_largest()
-        for j, solo in enumerate(main):
-            if solo is None:
+        order = [code0, *(c for c in sorted(self._profile) if c != code0)]
+        for j in range(n):
+            ref = next((c for c in order if self._profiled(j, c)), -1)
+            if ref < 0:
                 continue
-            self.batch[j] = float(solo.batch)
-            if solo.memory_gib > 0:
-                self.memory[j] = solo.memory_gib
+            self._profile_ref[j] = ref
+            solo = self.profile_of(j, ref)
+            self.batch[j] = float(solo.batch)  # type: ignore[union-attr]
+            if solo.memory_gib > 0:  # type: ignore[union-attr]
+                self.memory[j] = solo.memory_gib  # type: ignore[union-attr]
+            if self.modelled[j] and ref != code0:
+                continue
             self.modelled[j] = True
             if np.isfinite(jobs.iterations[j]):
                 self.work[j] = float(jobs.iterations[j])
             else:
                 count = int(self.trace_gpus[j])
-                nodes = -(-count // max(self._gpus_per_node[code0], 1))
-                self.work[j] = float(jobs.duration_s[j]) * self._profile_rate(j, code0, count, nodes, 1)
+                nodes = -(-count // max(self._gpus_per_node[ref], 1))
+                self.work[j] = float(jobs.duration_s[j]) * self._profile_rate(j, ref, count, nodes, 1)
         self._mark_profiled_sources()
         counts = {gpu: sum(f is not None for f in self._profile[c]) for c, gpu in enumerate(self.spec.gpu_models)
                   if c in self._profile}  # fmt: skip
@@ -303,8 +307,8 @@ class PerformanceModel:
         one GPU, scaled by its throughput table's n-GPU / 1-GPU ratio where it has one, else linearly (stated
         assumption, docs/perf.md §9.1)."""
         solo = self.profile_of(job, code)
-        if solo is None:  # profiled on the main type only: its rate there (proxy, like the tables')
-            solo = self.profile_of(job, self._main_or_largest())
+        if solo is None:  # not profiled on this type: its reference profile's rate (proxy, like the tables')
+            solo = self.profile_of(job, int(self._profile_ref[job]))
         rate = solo.it_per_s  # type: ignore[union-attr]
         if num_gpus == 1:
             return rate
@@ -320,10 +324,11 @@ class PerformanceModel:
         return gpu_code if keys is not None and keys[job] is not None else self._main
 
     def _rate_from_profile(self, job: int, gpu_code: int) -> bool:
-        """Profiled on this type; or profiled on the main type with no table here (its rate there stands in)."""
+        """Profiled on this type; or profiled elsewhere with no table here (its reference profile's rate stands
+        in, as the main type's table does for a type without one)."""
         if self._profiled(job, gpu_code):
             return True
-        return self._profiled(job, self._main_or_largest()) and not self.has_table(job, gpu_code)
+        return self._profile_ref[job] >= 0 and not self.has_table(job, gpu_code)
 
     def _profiled(self, job: int, gpu_code: int) -> bool:
         return gpu_code in self._profile and self._profile[gpu_code][job] is not None
