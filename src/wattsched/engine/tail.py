@@ -56,6 +56,10 @@ class PowerTail:
         k = np.flatnonzero(inside)
         return k, t0[k], np.minimum(t1[k], end)
 
+    def energy_kwh_to(self, end: float) -> float:
+        """Energy (kWh) from the first submission to `end`, or to the run's own end if that is later."""
+        return float(self.over(max(end, self.end_s))["energy_kwh"])
+
     def over(self, end: float, price=None, carbon=None) -> dict[str, Any]:
         """Energy (kWh, per component), cost (USD), carbon (kg) and mean power (kW) over [start_s, end].
 

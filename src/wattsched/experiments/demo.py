@@ -178,7 +178,7 @@ def demo_notes(setup: DemoSetup, baseline_kwh: float) -> list[str]:
 def budget_landing_note(name: str, run: PowerTail, baseline: PowerTail) -> str:
     """Where a budgeted run landed against the baseline's energy, both over the window its budget covered."""
     end = max(run.end_s, baseline.end_s)
-    used, budget = float(run.over(end)["energy_kwh"]), float(baseline.over(end)["energy_kwh"])
+    used, budget = run.energy_kwh_to(end), baseline.energy_kwh_to(end)
     off = used / budget - 1.0
     if abs(off) <= 0.02:
         return f"{name} used {used:,.1f} kWh against its {budget:,.1f} kWh budget ({off:+.1%}: within ±2 %)."
@@ -218,7 +218,7 @@ def run_demo(
                 name, tail = fut.result()
                 tails[name] = tail
                 if name == BASELINE:  # the budgeted runs start as soon as the baseline's energy is known
-                    kwh = float(tail.over(tail.end_s)["energy_kwh"])
+                    kwh = tail.energy_kwh_to(tail.end_s)
                     pending |= {pool.submit(run_one, n, kwh, tail.end_s) for n in after_baseline}
                 if progress:
                     progress(len(tails), total)
@@ -229,7 +229,7 @@ def run_demo(
     table = frame.assign(run=[Path(s).name for s in frame["source"]])  # the run's name, not its path
     write_with(out / "comparison.csv", lambda p: table.to_csv(p, index=False, float_format="%.10g"))
     base = tails[BASELINE]
-    notes = demo_notes(setup, float(base.over(base.end_s)["energy_kwh"]))
+    notes = demo_notes(setup, base.energy_kwh_to(base.end_s))
     for name in after_baseline:
         notes.append(budget_landing_note(name, tails[name], base))
     described = [*notes, *(f"{r.name}: {r.what}" for r in DEMO_RUNS)]

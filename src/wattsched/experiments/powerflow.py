@@ -433,7 +433,7 @@ def second_phase(
 
     tails = {name: PowerTail.from_summary(r.window_input) for name, r in firsts.items()}
     until = max(t.end_s for t in tails.values())
-    energies = {b: float(tails[b].over(until)["energy_kwh"]) for b in baselines}
+    energies = {b: tails[b].energy_kwh_to(until) for b in baselines}
     tasks = [
         Task("equal", POLICY, seed, budget_kwh=energies[b], baseline=b, until_s=until) for b in baselines
     ]
@@ -753,9 +753,7 @@ def results_frame(records: list[RunRecord], prep: Prepared) -> pd.DataFrame:
     tails = {id(r): PowerTail.from_summary(r.window_input) for r in records}
 
     def over(r: RunRecord, end: float) -> float:
-        """The run's energy from the first submission to `end` (or its own end, if later)."""
-        tail = tails[id(r)]
-        return float(tail.over(max(end, tail.end_s))["energy_kwh"])
+        return tails[id(r)].energy_kwh_to(end)
 
     rows = []
     for b in prep.baselines:

@@ -76,10 +76,17 @@ class MeasuredSharing(SharingModel):
         switching = self.switching(u, speeds)
         return speeds, speeds * dynamic + self.switch_power * switching * dynamic / u / max(u.size, 1)
 
-    def set_power_w(self, utilisations: Sequence[float], powers_w: Sequence[float], held_w: float) -> float:
+    def predict(
+        self, utilisations: Sequence[float], powers_w: Sequence[float], held_w: float
+    ) -> tuple[np.ndarray, float]:
+        """(each job's speed, the GPU's power) with jobs of these utilisations and powers alone on one GPU."""
+        speeds, terms = self.power_terms_w(utilisations, powers_w, held_w)
         if len(utilisations) == 1:
-            return float(powers_w[0])
-        return held_w + float(self.power_terms_w(utilisations, powers_w, held_w)[1].sum())
+            return speeds, float(powers_w[0])
+        return speeds, held_w + float(terms.sum())
+
+    def set_power_w(self, utilisations: Sequence[float], powers_w: Sequence[float], held_w: float) -> float:
+        return self.predict(utilisations, powers_w, held_w)[1]
 
     def describe(self) -> dict[str, object]:
         return {
@@ -131,8 +138,7 @@ def _fit_rows(model: MeasuredSharing, profiles: Profiles, sets: Sequence[Measure
         held, _ = held_w_for(profiles, measured.gpu)
         utils = [s.utilisation for s in solos]
         powers = [s.power_w for s in solos]
-        speeds, _ = model.power_terms_w(utils, powers, held)
-        power = model.set_power_w(utils, powers, held)
+        speeds, power = model.predict(utils, powers, held)
         observed = tuple(v / s.it_per_s for v, s in zip(measured.it_per_s, solos, strict=True))
         rows.append(FitRow(
             measured.regime, measured.name, measured.source, observed, tuple(float(v) for v in speeds),
@@ -219,8 +225,7 @@ def colocate_measured(
     held, held_source = held_w_for(profiles, gpu)
     utils = [s.utilisation for s in solos]
     powers = [s.power_w for s in solos]
-    speeds, _ = model.power_terms_w(utils, powers, held)
-    power = model.set_power_w(utils, powers, held)
+    speeds, power = model.predict(utils, powers, held)
     names = [s.model if [t.model for t in solos].count(s.model) == 1 else f"{s.model}#{i + 1}"
              for i, s in enumerate(solos)]  # fmt: skip
     out: dict[str, object] = {

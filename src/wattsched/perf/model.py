@@ -312,16 +312,11 @@ class PerformanceModel:
         rate = solo.it_per_s  # type: ignore[union-attr]
         if num_gpus == 1:
             return rate
-        keys = self.key.get(self._rate_code_table(job, code))
-        if keys is not None and keys[job] is not None:
-            table_code = self._rate_code_table(job, code)
+        table_code = self._rate_code(job, code)
+        if table_code >= 0:
             one = self._table_rate(job, table_code, 1, 1, 1)
             return rate * self._table_rate(job, table_code, num_gpus, nodes, switches) / one
         return rate * num_gpus
-
-    def _rate_code_table(self, job: int, gpu_code: int) -> int:
-        keys = self.key.get(gpu_code)
-        return gpu_code if keys is not None and keys[job] is not None else self._main
 
     def _rate_from_profile(self, job: int, gpu_code: int) -> bool:
         """Profiled on this type; or profiled elsewhere with no table here (its reference profile's rate stands

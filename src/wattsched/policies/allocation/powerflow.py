@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,9 @@ class PowerFlow(AllocationPolicy):
             rate = self._rate(j, trace, DEFAULT_SETTING)
             self.ref_gpu_s_per_unit[j] = trace / rate if rate > 0 else 0.0
         self._fastest_rate: np.ndarray | None = None  # per job, its rate at its largest GPU count (lazily)
+        self._least_options: tuple[np.ndarray, np.ndarray] | None = (
+            None  # per job at one GPU: dynamic W, rate
+        )
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
         self._top: dict[int, int] = {}
@@ -280,10 +284,23 @@ class PowerFlow(AllocationPolicy):
             until = max(until, float((starts + remaining / self._fastest_rate[unfinished]).max()))
         return max(until - view.now, 0.0)
 
-    def _least_dynamic_j(self, job: int, remaining: float) -> float:
-        """The least dynamic GPU energy of `remaining` work: one GPU at its energy-optimal clock."""
-        _, rates, dyn = self._options_at(job, 1)
-        return remaining * float(dyn[0]) / float(rates[0]) if rates[0] > 0 else 0.0
+    def _least(self, jobs: Sequence[int], remaining: Sequence[float]) -> tuple[float, float]:
+        """(least dynamic GPU energy J, least GPU-seconds) of these jobs' remaining work: one GPU each at its
+        energy-optimal clock. The per-job one-GPU options are read once for the whole workload."""
+        if self._least_options is None:
+            one = [
+                self._options_at(j, 1) if self.jobs.num_gpu[j] > 0 else None for j in range(len(self.jobs))
+            ]
+            self._least_options = (
+                np.array([o[2][0] if o is not None else 0.0 for o in one], dtype=np.float64),
+                np.array([o[1][0] if o is not None else 1.0 for o in one], dtype=np.float64),
+            )
+        if not len(jobs):
+            return 0.0, 0.0
+        dyn_w, rate = (a[np.asarray(jobs, dtype=np.int64)] for a in self._least_options)
+        work = np.asarray(remaining, dtype=np.float64)
+        dynamic = np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0)
+        return sum(dynamic.tolist()), sum((work / rate).tolist())
 
     def _static_w(self, view: ClusterView, held: dict[int, int]) -> float:
         """Cluster power now less the running jobs' dynamic GPU power at their present settings (0 in a run
@@ -308,7 +325,7 @@ class PowerFlow(AllocationPolicy):
         # first round) per node the allocation needs; either way times the loop's correction.
         static = self._static_w(view, held) * self.multiplier if self.nodes_stay_on else 0.0
         node_static = 0.0 if self.nodes_stay_on else self.node_static_w * self.multiplier
-        least_gpu_s = sum(r / float(self._options_at(j, 1)[1][0]) for j, r in zip(queued, rem, strict=True))
+        least_j, least_gpu_s = self._least(queued, rem)
         return _Budget(
             queued_gpu_s=least_gpu_s,
             left_j=left,
@@ -316,8 +333,7 @@ class PowerFlow(AllocationPolicy):
             node_static_w=node_static,
             nodes_on=int(np.count_nonzero(view.power_state == ON)),
             span_floor_s=self._span_floor_s(view, rest, np.asarray(rem, dtype=np.float64)),
-            queued_j=sum(self._least_dynamic_j(j, r) for j, r in zip(queued, rem, strict=True))
-            + node_static / self.per_node * least_gpu_s,
+            queued_j=least_j + node_static / self.per_node * least_gpu_s,
         )
 
     def _check_floor(self, view: ClusterView) -> None:
@@ -342,7 +358,7 @@ class PowerFlow(AllocationPolicy):
             return
         gpu_jobs = np.flatnonzero(self.jobs.num_gpu > 0)
         work = view.remaining_work(gpu_jobs).tolist()
-        dynamic = sum(self._least_dynamic_j(j, w) for j, w in zip(gpu_jobs.tolist(), work, strict=True))
+        dynamic, least_gpu_s = self._least(gpu_jobs.tolist(), work)
         static = 0.0
         if self.nodes_stay_on:
             capacity = int(view.spec.gpu_count.sum())
@@ -354,9 +370,6 @@ class PowerFlow(AllocationPolicy):
             span = max([self.last_arrival_s, *ends]) - self.first_arrival_s
             static = static_now * max(span, 0.0)
         else:  # idle nodes off: at least the nodes the work's least GPU-seconds (one GPU each) keep on
-            least_gpu_s = sum(
-                w / float(self._options_at(j, 1)[1][0]) for j, w in zip(gpu_jobs.tolist(), work, strict=True)
-            )
             static = self.node_static_w / self.per_node * least_gpu_s
         self.floor_kwh = (dynamic + static) / J_PER_KWH
         budget_kwh = self.budget_j / J_PER_KWH
@@ -571,10 +584,7 @@ class _Greedy:
         # Cutting saves dynamic energy only: if even every job at one GPU and its energy-optimal clock would not
         # bring the energy to go within what is left (the excess is static draw over a span no cut shortens),
         # cutting would only slow jobs down for nothing this round.
-        least = sum(
-            self.remaining[j] * float(self.p._options_at(j, 1)[2][0]) / float(self.p._options_at(j, 1)[1][0])
-            for j in admitted
-        )
+        least, _ = self.p._least(admitted, [self.remaining[j] for j in admitted])
         if self.energy_to_go() - (self.agg[0] - least) > self.budget.left_j:
             return
         while self.energy_to_go() > self.budget.left_j:
