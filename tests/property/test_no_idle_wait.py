@@ -35,7 +35,7 @@ from wattsched.engine.power import NodePower, PowerStateConfig
 from wattsched.engine.temporal import Simulator
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import build_perf, build_scheduler, with_deadlines
-from wattsched.policies.contract import ALLOCATION_POLICIES
+from wattsched.policies.contract import ALLOCATION_POLICIES, Capability
 from wattsched.policies.power import IdleTimeout
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "data"
@@ -43,8 +43,15 @@ GPUS_PER_NODE = 4
 IDLE_TIMEOUT_S = 300.0
 # Policies that cannot run on this generic workload, with the reason. None today: every registered policy runs on
 # V100 nodes with the toy Gavel tables (policies that need models get them assigned), with deadlines for those that
-# plan by them, and without price signals (CE-DLA then has no cheaper hour to defer to).
+# plan by them, and a flat price for those that need one (CE-DLA then has no cheaper hour to defer to).
 CANNOT_RUN: dict[str, str] = {}
+
+
+class FlatPrice:
+    """The same price every hour (USD/MWh)."""
+
+    def value_at(self, t: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(t), 50.0)
 
 
 class IdleWaitCheck(Observer):
@@ -114,6 +121,7 @@ def _run(name: str, jobs: JobTable, nodes: int, seed: int):
     sim = Simulator(
         jobs, spec, scheduler, np.random.default_rng(seed), perf=perf,
         power=NodePower(IdleTimeout(IDLE_TIMEOUT_S), config), observers=[check], check_invariants=True,
+        signals=(FlatPrice() if Capability.KNOWS_PRICES in scheduler.required_capabilities() else None, None),
     )  # fmt: skip
     return sim, sim.run(), check
 

@@ -117,9 +117,14 @@ def _jobs_csv(market, rows: list[str]) -> str:
 
 
 def _flat(market, workload: str, **extra) -> SimulationConfig:
+    """A flat price: every hour alike (cedla needs a price signal; with this one no hour is cheaper)."""
+    rows = ["time,price_usd_per_mwh"] + [
+        (datetime(2023, 1, 1) + timedelta(hours=h)).strftime("%Y-%m-%dT%H:00:00Z") + ",50" for h in range(24 * 366)
+    ]
+    (market / "flat.csv").write_text("\n".join(rows) + "\n")
     return SimulationConfig(
         workload=workload, cluster=str(market / "c.yaml"), year=2023, allocation="cedla",
-        power_manager="idle-timeout", **extra,
+        power_manager="idle-timeout", price_csv=str(market / "flat.csv"), **extra,
     )  # fmt: skip
 
 

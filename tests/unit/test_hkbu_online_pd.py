@@ -16,7 +16,7 @@ from tests.conftest import make_jobs, require_real_file
 from wattsched.cli.main import app
 from wattsched.core.errors import WattschedError
 from wattsched.experiments.config import SimulationConfig
-from wattsched.experiments.run import check_policy_inputs, run_simulation
+from wattsched.experiments.run import run_simulation
 from wattsched.policies.adapters import RoundScheduler
 from wattsched.policies.contract import ALLOCATION_POLICIES
 from wattsched.policies.hkbu_online_pd import (
@@ -203,7 +203,7 @@ def test_missing_deadlines_name_the_flag():
     scheduler = RoundScheduler(policy, 3600.0)
     jobs = make_jobs([{"submit": 0, "duration": 10, "gpus": 1}])
     with pytest.raises(WattschedError, match="--deadline-slack"):
-        check_policy_inputs(scheduler, jobs, "tiny")
+        scheduler.check_inputs(jobs, "tiny")
 
 
 def test_missing_deadlines_through_the_cli(tmp_path):

@@ -230,7 +230,11 @@ def test_without_resize_allowed_a_new_shape_is_left_waiting(caplog):
     _run(fake, driver, 30)
     job = fake.jobs[int(long_job)]
     assert job.state == "PENDING" and job.held and job.gpus_per_node == 2
-    assert caplog.text.count("resizing not allowed") == 1  # logged once, however many rounds ask again
+    # The one validator refuses the resize, as it would in a simulation without the capability.
+    assert (
+        "needs resizing jobs (another GPU count or shape than asked for), which this backend does not offer"
+        in (caplog.text)
+    )
 
 
 def test_a_requeued_job_is_let_go_only_once_its_old_run_is_seen_gone():
@@ -240,13 +244,13 @@ def test_a_requeued_job_is_let_go_only_once_its_old_run_is_seen_gone():
     from wattsched.policies.contract import Target
 
     calls = []
-    backend = SlurmBackend(runner=lambda argv: calls.append(argv) or "", retry_wait_s=0.0)
+    backend = SlurmBackend(runner=lambda argv: calls.append(argv) or "", retry_wait_s=0.0, clock=lambda: 3.0)
     sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
     node = NodeObs("gpu1", 4, "a100", 8, 16000, NODE_ON)
 
     def obs(t: float, state: str, ending: bool = False, nodes=("gpu1",)) -> Observation:
         job = JobObs("7", "a", state, 1, 2, "a100", 1, 0, 0.0, 600.0, nodes, held=state == JOB_WAITING,
-                     ending=ending, restarts=int(ending or state == JOB_WAITING), eligible_s=t + 120)  # fmt: skip
+                     ending=ending, restarts=int(ending or state == JOB_WAITING))  # fmt: skip
         return Observation(t, (node,), (job,))
 
     cluster = LiveCluster(backend, sched, obs(0.0, JOB_RUNNING), JobStore(":memory:"))
@@ -257,6 +261,7 @@ def test_a_requeued_job_is_let_go_only_once_its_old_run_is_seen_gone():
     cluster.update(obs(2.0, JOB_WAITING, ending=True, nodes=()))  # the old run winds down
     assert cluster.flush() == 0 and len(calls) == 1
     cluster.update(obs(3.0, JOB_WAITING, nodes=()))
+    backend._eligible["7"] = (1, 123.0)  # squeue's eligible_time: the requeue pushed it 120 s ahead
     assert cluster.flush() == 1
     assert calls[1] == ["scontrol", "update", "jobid=7", "nodelist=gpu1", "StartTime=now"]
     assert calls[2] == ["scontrol", "release", "7"]
@@ -291,22 +296,30 @@ def test_the_idle_timeout_manager_drives_node_power_through_scontrol():
     assert (driver.cluster.power.boots, driver.cluster.power.shutdowns) == (1, 4)
 
 
-@pytest.mark.parametrize(
-    "policy", ["tiresias", "optimus-greedy", "powerflow", "eaco", "zeus-pl", "hkbu-dvfs"]
-)
+@pytest.mark.parametrize("policy", ["tiresias", "optimus-greedy", "powerflow", "zeus-pl", "hkbu-dvfs"])
 def test_allocation_policies_run_live_unchanged(policy, caplog):
     """The simulator's allocation policies on the in-memory Slurm: every job completes, each started as the policy
-    placed it; EaCO's co-located jobs run on whole GPUs (Slurm's GPUs are exclusive), which is logged."""
+    placed it (jobs carry sbatch --deadline for the policies that plan by deadlines)."""
     fake = FakeSlurm.uniform(3)
     for g, d in [(2, 20), (4, 30), (1, 10), (3, 25), (2, 5), (4, 8), (1, 40)]:
-        fake.submit(g, duration_s=d, time_limit_min=1)
+        fake.submit(g, duration_s=d, time_limit_min=1, deadline=fake.now + 3600)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
     scheduler = build_scheduler(SimulationConfig(allocation=policy, round_s=5), None)
     driver = LiveDriver(backend, scheduler, JobStore(":memory:"), allow_resize=True)
     _run(fake, driver, 300)
     assert [j.state for j in fake.jobs.values()] == ["COMPLETED"] * 7
     assert "decision cut short" not in caplog.text
-    assert ("runs alone" in caplog.text) == (policy == "eaco")
+
+
+def test_a_policy_that_shares_gpus_is_refused_on_slurm_before_anything_starts():
+    """EaCO co-locates jobs on shared GPUs; Slurm's GPUs are exclusive: refused at start, nothing called."""
+    from wattsched.policies.contract import MissingCapability
+
+    fake = FakeSlurm.uniform(3)
+    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    with pytest.raises(MissingCapability, match="policy 'eaco' needs GPU sharing"):
+        LiveDriver(backend, build_scheduler(SimulationConfig(allocation="eaco"), None), JobStore(":memory:"))
+    assert fake.calls == []
 
 
 def test_serve_slurm_names_the_power_choices_on_a_bad_power_option():

@@ -14,12 +14,15 @@ unchanged. The simulator is the other implementation of that view: a policy cann
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..core.cluster import MILLI
 from ..core.errors import WattschedError
 from ..energy.dvfs import GpuSetting
+from ..policies.contract import Capability
 
 # A live job's state, as wattsched needs it (the cluster manager's own names map onto these).
 JOB_WAITING = "waiting"  # queued and held for wattsched to place
@@ -67,7 +70,8 @@ class JobObs:
     held: bool = False  # waiting because held (ours to place) rather than for resources
     ending: bool = False  # held again (requeued) while its previous run still winds down on its old nodes
     restarts: int = 0  # how often the cluster manager requeued it
-    eligible_s: float = 0.0  # epoch seconds from which it may start (a requeue pushes this back)
+    gpu_milli: int = MILLI  # the share of each GPU it asks for (1000: whole GPUs)
+    deadline_s: float = math.nan  # epoch seconds by which it should finish (NaN: none given)
 
     @property
     def num_gpu(self) -> int:
@@ -77,14 +81,16 @@ class JobObs:
 @dataclass(frozen=True)
 class StartRequest:
     """Run a held job on exactly `nodes`. ``gpus_per_node`` set: change the job's shape first (a resize by an
-    allocation policy) to so many GPUs on each of the nodes. ``clear_begin``: the job was requeued, which pushed
-    its begin time back; start it now."""
+    allocation policy) to so many GPUs on each of the nodes. ``gpu_index``: the policy's GPUs on each node (a
+    backend that can pin them does; the count is what every backend honours); ``share_milli``: the share of each
+    (below 1000 only where the backend shares GPUs)."""
 
     job_id: str
     nodes: tuple[str, ...]
     gpus_per_node: int | None = None
     gpu_type: str = ""  # the cluster manager's GPU type name for a resize ("" = any)
-    clear_begin: bool = False
+    gpu_index: tuple[tuple[int, ...], ...] = ()
+    share_milli: int = MILLI
 
 
 @dataclass(frozen=True)
@@ -96,9 +102,18 @@ class Observation:
 
 
 class ClusterBackend(Protocol):
-    """What a live backend does; every call may raise :class:`BackendError`."""
+    """What a live backend does; every call may raise :class:`BackendError`.
+
+    A new backend implements these members and declares what it can do (``capabilities``, with the reason for
+    each it lacks in ``lacks``); the mirror, view, actions, validator, power managers and the driver
+    (``live.py``, ``power.py``, ``driver.py``) are shared (docs/architecture.md, "Adding a live backend")."""
 
     name: str
+    capabilities: frozenset[Capability]  # what it can carry out (Capability)
+    lacks: Mapping[Capability, str]  # why it lacks a capability, for the one-line refusal
+    # Whether the cluster manager wakes powered-down nodes itself for the jobs sent there (Slurm's resume
+    # program): such nodes stay placeable when no wattsched power manager drives node power.
+    wakes_nodes_for_jobs: bool
 
     def observe(self) -> Observation: ...
 

@@ -12,17 +12,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..core.cluster import MILLI
 from ..core.errors import WattschedError
-from ..core.states import ON, PHASE_RUNNING, POWER_STATE_NAMES
-from ..energy.power_models import LinearModel
+from ..core.states import POWER_STATE_NAMES
+from ..perf.restart import RestartModel
 from ..policies.contract import InvalidDecision, PowerManager, Scheduler
 from .base import BackendError, ClusterBackend
-from .live import LiveCluster
+from .live import LiveCluster, check_live_policies, live_origin
 from .profile_recorder import ProfileRecorder
 from .store import JobStore
 
@@ -59,8 +57,9 @@ class LiveMetrics:
         self.nodes = Gauge("wattsched_nodes", "Nodes by power state", ["power_state"], registry=r)
         self.power = Gauge(
             "wattsched_cluster_power_watts",
-            "Cluster power estimated by the linear model (powered nodes; GPUs of running jobs at full load, of "
-            "starting ones at the held draw)",
+            "Cluster power as the policies see it: the node agents' measured GPU power where configured, else "
+            "the linear model (powered nodes; GPUs of running jobs at full load, of starting ones at the held "
+            "draw)",
             registry=r,
         )
 
@@ -87,15 +86,24 @@ class LiveDriver:
     scheduler: Scheduler
     store: JobStore
     seed: int = 42
-    slurm_powers_nodes: bool = True
     power_manager: PowerManager | None = None  # wattsched's right-sizing instead of the cluster manager's
     allow_resize: bool = False
     gpu_type_map: dict[str, str] = field(default_factory=dict)
     metrics: LiveMetrics | None = None
     cluster: LiveCluster | None = None
     latencies_s: list[float] = field(default_factory=list)
-    power_model: LinearModel | None = None  # bound to the cluster at the first observation
     recorder: ProfileRecorder | None = None  # --record-profiles: the agents' job windows into a profile CSV
+    # Aligned price and carbon series (seconds since the mirror's origin); built from the first observation's
+    # time by `signals_for` when given, since the origin is known only then.
+    signals_for: Callable[[float], tuple[object, object]] | None = None
+    checkpoint_interval_s: float = 0.0
+    agent_metrics_url: str | None = None  # the node agents' /metrics ({node}): measured power for the view
+    restart_model: RestartModel | None = None  # restart delays the policies' view reports (None: the default)
+
+    def __post_init__(self) -> None:
+        # A policy that needs what this backend lacks is refused before anything is observed or started.
+        signals = (object(), object()) if self.signals_for is not None else (None, None)
+        check_live_policies(self.backend, self.scheduler, self.power_manager, self.allow_resize, signals)
 
     def step(self) -> StepResult:
         """One observation and, if due, one decision."""
@@ -114,15 +122,16 @@ class LiveDriver:
             self._record_profiles()
         first = self.cluster is None
         if first:
+            signals = (None, None) if self.signals_for is None else self.signals_for(live_origin(obs))
             self.cluster = LiveCluster(
-                self.backend, self.scheduler, obs, self.store, seed=self.seed,
-                slurm_powers_nodes=self.slurm_powers_nodes, gpu_type_map=self.gpu_type_map,
-                power_manager=self.power_manager, allow_resize=self.allow_resize,
+                self.backend, self.scheduler, obs, self.store, seed=self.seed, gpu_type_map=self.gpu_type_map,
+                power_manager=self.power_manager, allow_resize=self.allow_resize, signals=signals,
+                checkpoint_interval_s=self.checkpoint_interval_s, agent_metrics_url=self.agent_metrics_url,
+                restart_model=self.restart_model,
             )  # fmt: skip
-            self.power_model = LinearModel()
-            self.power_model.bind(self.cluster.spec)
         c = self.cluster
         changes = c.update(obs)
+        c.meter.sample()
         if first:
             self.scheduler.on_start(c.view, c.actions)
             if c.power is not None:
@@ -158,6 +167,7 @@ class LiveDriver:
                 self.metrics.decisions.inc()
                 self.metrics.latency.observe(result.latency_s)
                 self.metrics.apply.observe(result.apply_s)
+        c.run_due_timers(power_manager=True)
         if c.power is not None:
             c.power.batch_end()
         if self.metrics:
@@ -173,29 +183,9 @@ class LiveDriver:
         m.power.set(self.power_estimate_w())
 
     def power_estimate_w(self) -> float:
-        """Powered nodes at idle draw; GPUs of running jobs at full load, and GPUs held by jobs the cluster
-        manager has not reported running yet (allocated, computing nothing) at the held draw (the linear model
-        and the GPU power states of docs/energy.md)."""
-        c = self.cluster
-        model, state = self.power_model, c.state
-        nodes = np.flatnonzero(c.power_state == ON)
-        if nodes.size == 0:
-            return 0.0
-        allocated = (state.gpu_left >= 0) & (state.gpu_left < MILLI)
-        computing = np.zeros_like(allocated)
-        for job, target in c.targets.items():
-            if c.phase[job] == PHASE_RUNNING:
-                for node, gpus, _, _ in target.placement:
-                    computing[node, list(gpus)] = True
-        running = (allocated & computing)[nodes].sum(axis=1)
-        held = (allocated & ~computing)[nodes].sum(axis=1)
-        gpu = (
-            model.gpu_idle_w[nodes] * (c.spec.gpu_count[nodes] - running - held)
-            + model.gpu_busy_w(np.ones(nodes.size), nodes) * running
-            + model.gpu_held_w[nodes] * held
-        )
-        cpu = model.cpu_w(state.cpu_left[nodes], nodes)
-        return float((gpu + cpu).sum() + model.default_node_base_w * nodes.size)
+        """Cluster power as the policies see it (``LiveMeter``: measured where the agents are read, else the
+        linear model)."""
+        return self.cluster.meter.power_w
 
     def run(self, interval_s: float, stop: threading.Event, max_steps: int | None = None) -> None:
         """Step every `interval_s` seconds until `stop` is set."""

@@ -13,8 +13,15 @@ What a live cluster cannot know the way the simulator does, and how it is answer
 * a job's work and speed: from its wall-time limit (the only duration a user gives), progress = time run;
 * which GPUs of a node a job gets: the cluster manager picks them; the mirror keeps the policy's choice, so the
   count per node is exact and the indices are the policy's own;
-* jobs that arrive later: the job table grows, and the scheduler is bound again to the larger table (queue and
-  placement policies keep no per-job state between decisions; an allocation policy's own state starts over).
+* jobs that arrive later: the job table grows and the scheduler is told (``Scheduler.on_jobs_added``): it keeps
+  what it learned (per-job state, its random stream), as it would in a simulation that knew those jobs all along;
+* energy and power: measured by the node agents where their metrics are configured, else the power model (the
+  source is labelled, ``LiveView.power_source``); prices and carbon: the configured signals, aligned to the wall
+  clock; restart delays: the performance model's, as in the simulator.
+
+Every action is checked by the same :class:`~..policies.validation.ActionValidator` as in the simulator, against
+the capabilities the backend declares (``ClusterBackend.capabilities``); a policy that needs a capability the
+backend lacks is refused before the first observation.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -56,6 +64,7 @@ from ..policies.contract import (
     SWITCHED_OFF,
     TAKEN,
     BindContext,
+    Capability,
     ChangeCounter,
     ChangeSet,
     InvalidDecision,
@@ -63,8 +72,10 @@ from ..policies.contract import (
     Scheduler,
     Target,
     WakeCallback,
+    check_capabilities,
 )
 from ..policies.requests import RequestBook
+from ..policies.validation import ActionValidator
 from .base import (
     JOB_FINISHED,
     JOB_RUNNING,
@@ -80,8 +91,13 @@ from .base import (
     Observation,
     StartRequest,
 )
+from .meter import LiveMeter
 from .power import LivePower
 from .store import JobStore
+
+if TYPE_CHECKING:
+    from ..perf.model import PerformanceModel
+    from ..perf.restart import RestartModel
 
 log = logging.getLogger("wattsched.live")
 
@@ -120,6 +136,58 @@ def spec_from_observation(
         [n.gpus for n in nodes],
         [catalog_gpu_name(n.gpu_model, type_map) if n.gpus else "" for n in nodes],
     )
+
+
+def live_capabilities(
+    backend: ClusterBackend, allow_resize: bool, signals: tuple[object, object]
+) -> frozenset[Capability]:
+    """What a live run offers its policies: the backend's own capabilities (resizing only where the operator
+    allows it), the configured price and carbon signals, and a meter (the agents' metrics, else the model)."""
+    offered = set(backend.capabilities) | {Capability.METERS_ENERGY}
+    if not allow_resize:
+        offered.discard(Capability.RESIZES)
+    price, carbon = signals
+    if price is not None:
+        offered.add(Capability.KNOWS_PRICES)
+    if carbon is not None:
+        offered.add(Capability.KNOWS_CARBON)
+    return frozenset(offered)
+
+
+def live_lacks(backend: ClusterBackend, allow_resize: bool) -> dict[Capability, str]:
+    """Why a live run lacks a capability: the backend's reasons, and the flags that supply the rest."""
+    why = {
+        Capability.KNOWS_PRICES: "give it a price signal (--region or --price-csv)",
+        Capability.KNOWS_CARBON: "give it a carbon signal (--region or --carbon-csv)",
+        **backend.lacks,
+    }
+    if not allow_resize and Capability.RESIZES in backend.capabilities:
+        why[Capability.RESIZES] = (
+            "resizing is off (--allow-resize turns it on for jobs that can use any GPU count)"
+        )
+    return why
+
+
+def check_live_policies(
+    backend: ClusterBackend,
+    scheduler: Scheduler,
+    power_manager: PowerManager | None,
+    allow_resize: bool,
+    signals: tuple[object, object] = (None, None),
+) -> frozenset[Capability]:
+    """Refuse, in one line, a scheduler or power manager that needs what this live run lacks."""
+    offered = live_capabilities(backend, allow_resize, signals)
+    needs = {f"policy '{scheduler.name}'": scheduler.required_capabilities()}
+    if power_manager is not None:
+        needs[f"power manager '{power_manager.name}'"] = power_manager.needs
+    check_capabilities(backend.name, offered, needs, live_lacks(backend, allow_resize))
+    return offered
+
+
+def live_origin(first: Observation) -> float:
+    """The mirror's time origin (epoch seconds): the earliest submission still listed, or the first
+    observation."""
+    return min([first.time_s, *(j.submit_s for j in first.jobs if j.state != JOB_FINISHED)])
 
 
 @dataclass(frozen=True)
@@ -161,34 +229,43 @@ class LiveCluster:
         store: JobStore,
         *,
         seed: int = 42,
-        slurm_powers_nodes: bool = True,
         gpu_type_map: Mapping[str, str] | None = None,
         power_manager: PowerManager | None = None,
         allow_resize: bool = False,
+        signals: tuple[object, object] = (None, None),
+        checkpoint_interval_s: float = 0.0,
+        agent_metrics_url: str | None = None,
+        restart_model: RestartModel | None = None,
     ):
         self.backend = backend
         self.scheduler = scheduler
         self.store = store
         # Powered-down nodes stay placeable when the cluster manager wakes them for the jobs sent there (Slurm's
         # SuspendTime); when wattsched's power manager drives power, only nodes that are on take work.
-        self.slurm_powers_nodes = slurm_powers_nodes and power_manager is None
+        self.manager_wakes_nodes = backend.wakes_nodes_for_jobs and power_manager is None
         # An allocation policy may run a job in another shape than it was submitted with (a resize) only when the
         # operator allows it: the job must be able to use any number of GPUs.
         self.allow_resize = allow_resize
+        self.capabilities = check_live_policies(backend, scheduler, power_manager, allow_resize, signals)
+        self.price, self.carbon = signals  # aligned to seconds since the mirror's origin
+        self.checkpoint_interval_s = float(checkpoint_interval_s)
+        self.restart_model = restart_model  # the performance model's restart delays (None: its default)
         self.type_map = dict(gpu_type_map or {})
         self.spec = spec_from_observation(first, backend.name, self.type_map)
         self.state = ClusterState(self.spec)
         self.node_index = {str(n): i for i, n in enumerate(self.spec.node_names)}
         self.power_state = np.full(self.spec.num_nodes, ON, dtype=np.int8)
         self.holders = np.zeros(self.spec.num_nodes, dtype=np.int64)  # jobs holding GPUs on each node
-        submits = [j.submit_s for j in first.jobs if j.state != JOB_FINISHED]
-        self.origin = min([first.time_s, *submits])
+        self.origin = live_origin(first)
         self.now = first.time_s - self.origin
         self.idle_since = np.full(self.spec.num_nodes, self.now)  # idle time counts from wattsched's start
         # The same streams as a simulation with this seed (experiments/run.py): the node order policies break
         # ties with is drawn first from the policy stream, so live and simulated placements agree.
         self.seed = seed
-        self.node_rank = self._policy_rng().permutation(self.spec.num_nodes).astype(np.int64)
+        self._rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[1])
+        self.node_rank = self._rng.permutation(self.spec.num_nodes).astype(np.int64)
+        self._bound = False
+        self.validator: ActionValidator | None = None
         self.ids: list[str] = []
         self.index: dict[str, int] = {}
         self.obs: list[JobObs] = []
@@ -197,8 +274,6 @@ class LiveCluster:
         self.targets: dict[int, Target] = {}
         self.last_placement: dict[int, Placement] = {}
         self.deferred: set[int] = set()
-        self.misshaped: set[int] = set()  # placed in a shape the cluster manager cannot run (logged once)
-        self.unshared: set[int] = set()  # placed on shared GPUs, run on whole ones (logged once)
         self.unaccounted: set[int] = set()  # running or let go, no room for it in the mirror (logged once)
         self.keep_free_gpus = 0.0
         self.outbox: list[Outgoing] = []  # started by a pass, not yet let go
@@ -218,9 +293,7 @@ class LiveCluster:
         self.power: LivePower | None = None
         if power_manager is not None:
             self.power = LivePower(power_manager, self, LiveActions(self, power_manager.name))
-
-    def _policy_rng(self) -> np.random.Generator:
-        return np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[1])
+        self.meter = LiveMeter(self, agent_metrics_url)
 
     # ----- the mirror ----------------------------------------------------------------------------------------
     def _grow_arrays(self, n: int) -> None:
@@ -234,6 +307,7 @@ class LiveCluster:
         self.status = grown(get("status"), STATUS_PENDING, np.int8)
         self.phase = grown(get("phase"), PHASE_RELEASED, np.int8)
         self.start_s = grown(get("start_s"), np.nan, np.float64)
+        self.last_stop = grown(get("last_stop"), np.nan, np.float64)  # submit time until a job first stops
         self.end_s = grown(get("end_s"), np.nan, np.float64)
         self.hold_since = grown(get("hold_since"), 0.0, np.float64)
         self.held_gpus = grown(get("held_gpus"), 0, np.int64)
@@ -252,12 +326,16 @@ class LiveCluster:
             submit_s=[o.submit_s - self.origin for o in obs],
             duration_s=[o.time_limit_s if math.isfinite(o.time_limit_s) else 0.0 for o in obs],
             num_gpu=[o.num_gpu for o in obs],
+            gpu_milli=[o.gpu_milli for o in obs],
             cpu_milli=[o.cpus * MILLI for o in obs],
             memory_mib=[o.memory_mib for o in obs],
             gpu_spec=[self._job_gpu_model(o) for o in obs],
+            deadline_s=[o.deadline_s - self.origin for o in obs],
             source=self.backend.name,
         )
         self._grow_arrays(len(self.ids))
+        fresh = np.arange(first, len(self.ids))
+        self.last_stop[fresh] = self.jobs.submit_s[fresh]
         self.changes.counts[ARRIVED] += len(new)
         self.book = self._live_book()
         self._priority = np.asarray(self.scheduler.priority(self.jobs), dtype=np.float64)
@@ -283,13 +361,28 @@ class LiveCluster:
             return o.gpu_model  # no node has it: the job is reported as never fitting
 
     def _bind(self) -> None:
+        """Bind the scheduler at the first jobs; tell it of every later batch (it keeps its state)."""
         from ..energy.utilisation import job_gpu_load
         from ..perf.model import PerformanceModel
 
-        self.perf = PerformanceModel(self.jobs, self.spec, job_gpu_load(self.jobs))
-        rng = self._policy_rng()
-        rng.permutation(self.spec.num_nodes)  # the node order, drawn first as in the simulator
-        self.scheduler.bind(BindContext(self.spec, self.jobs, rng, self.node_rank, self.perf))
+        self.perf = PerformanceModel(
+            self.jobs, self.spec, job_gpu_load(self.jobs), restart=self.restart_model
+        )
+        if self.validator is None:
+            self.validator = ActionValidator(
+                self.spec, self.book, self.perf, self.capabilities, self._job_name
+            )
+        else:
+            self.validator.rebind(self.book, self.perf)
+        ctx = BindContext(self.spec, self.jobs, self._rng, self.node_rank, self.perf)
+        if self._bound:
+            self.scheduler.on_jobs_added(ctx, self.view, self.actions)
+        else:
+            self.scheduler.bind(ctx)
+            self._bound = True
+
+    def _job_name(self, job: int) -> str:
+        return self.ids[job]
 
     def update(self, obs: Observation) -> Changes:
         """Fold one observation into the mirror; what changed."""
@@ -300,11 +393,20 @@ class LiveCluster:
         if new:
             changes.arrived = self._add_jobs(new)
             for job in changes.arrived:
+                o = self.obs[job]
                 if self.book.never_fits[job]:
-                    o = self.obs[job]
                     log.warning("job %s (%d node(s) x %d GPU(s) %s) can never fit this cluster: left alone",
                                 o.job_id, o.num_nodes, o.gpus_per_node, o.gpu_model or "any")  # fmt: skip
                     self.status[job] = STATUS_UNSCHEDULABLE
+                elif not self.scheduler.admit(self.jobs, job):
+                    log.warning("job %s is not admitted by %s: left alone", o.job_id, self.scheduler.name)
+                    self.status[job] = STATUS_UNSCHEDULABLE
+                else:
+                    try:  # inputs the policy cannot run without (a deadline, ...), job by job
+                        self.scheduler.check_inputs(self.jobs.subset(np.array([job])), f"job {o.job_id}")
+                    except WattschedError as exc:
+                        log.warning("job %s left alone: %s", o.job_id, exc)
+                        self.status[job] = STATUS_UNSCHEDULABLE
         seen = set()
         # Running jobs first: they hold their GPUs for sure, a released one only once it starts.
         for o in sorted(obs.jobs, key=lambda o: o.state != JOB_RUNNING):
@@ -328,7 +430,7 @@ class LiveCluster:
                 continue
             power = _POWER.get(n.power, OFF)
             available = n.power == NODE_ON or (
-                self.slurm_powers_nodes and n.power in (NODE_OFF, NODE_POWERING_UP)
+                self.manager_wakes_nodes and n.power in (NODE_OFF, NODE_POWERING_UP)
             )
             if bool(self.state.available[i]) != available:
                 self.state.set_available(np.array([i]), available)
@@ -377,7 +479,7 @@ class LiveCluster:
         """Account a job that runs without this mirror having started it: its recorded placement if the store
         has one, else the first free GPUs of its nodes."""
         placement = self.store.placement(self.ids[job])
-        if placement is None or not self._fits(placement):
+        if placement is None or not self._fits(Target(placement, o.gpu_milli), on_available=False):
             placement = self._first_free(o)
         if placement is None:
             if job not in self.unaccounted:
@@ -387,7 +489,7 @@ class LiveCluster:
             self.status[job] = STATUS_RUNNING  # the cluster manager runs it: never ours to start again
             return
         self.unaccounted.discard(job)
-        self._hold(job, Target(placement))
+        self._hold(job, Target(placement, o.gpu_milli))
         self.phase[job] = PHASE_RUNNING if o.state == JOB_RUNNING else PHASE_RELEASED
         self.store.record_start(self.ids[job], placement, "running" if o.state == JOB_RUNNING else "released")
 
@@ -397,15 +499,19 @@ class LiveCluster:
             i = self.node_index.get(name)
             if i is None:
                 return None
-            free = np.flatnonzero(self.state.gpu_left[i] == MILLI)[: o.gpus_per_node]
+            free = np.flatnonzero(self.state.gpu_left[i] >= o.gpu_milli)[: o.gpus_per_node]
             if free.size < o.gpus_per_node:
                 return None
             out.append((i, tuple(int(g) for g in free), o.cpus * MILLI // max(len(o.nodes), 1), 0))
         return tuple(out)
 
-    def _fits(self, placement: Placement) -> bool:
-        state = self.state
-        return all(all(state.gpu_left[n, g] >= MILLI for g in gpus) for n, gpus, _, _ in placement)
+    def _fits(self, target: Target, on_available: bool = True) -> bool:
+        """Whether the target's GPUs are free (and, for a start, on nodes that take work)."""
+        state, need = self.state, target.share_milli
+        return all(
+            (state.available[n] or not on_available) and all(state.gpu_left[n, g] >= need for g in gpus)
+            for n, gpus, _, _ in target.placement
+        )
 
     def _hold(self, job: int, target: Target) -> None:
         for node, gpus, cpu, mem in target.placement:
@@ -433,6 +539,7 @@ class LiveCluster:
         self.executed_s[job] += held
         self.held_gpus[job] = 0
         self.phase[job] = PHASE_RELEASED
+        self.last_stop[job] = self.now
         self.last_placement[job] = target.placement
         nodes = [n for n, *_ in target.placement]
         self.holders[nodes] -= 1
@@ -464,11 +571,20 @@ class LiveCluster:
     def pending_array(self) -> np.ndarray:
         return np.flatnonzero(self.status == STATUS_PENDING)
 
-    def run_due_timers(self) -> None:
-        """Call back every ``wake_at`` that is due, with the actions of whoever asked (policy or power manager)."""
+    def run_due_timers(self, power_manager: bool = False) -> None:
+        """Call back every due ``wake_at`` of the scheduler (``power_manager`` False) or of the power manager, with
+        the actions of whoever asked. As in the simulator, the scheduler's run before a decision, the power
+        manager's after it (an idle timeout must not switch off GPUs that jobs are about to take)."""
+        own = self.power.actions if self.power is not None else None
+        later = []
         while self._timers and self._timers[0][0] <= self.now + 1e-9:
-            _, _, callback, actions = heapq.heappop(self._timers)
-            callback(self.view, actions)
+            entry = heapq.heappop(self._timers)
+            if (entry[3] is own) != power_manager:
+                later.append(entry)
+                continue
+            entry[2](self.view, entry[3])
+        for entry in later:
+            heapq.heappush(self._timers, entry)
 
     def schedule(self, time: float, callback: WakeCallback, actions: LiveActions) -> None:
         self._timer_seq += 1
@@ -530,8 +646,8 @@ class LiveCluster:
             nodes=e.nodes,
             gpus_per_node=None if e.resize is None else e.resize[1],
             gpu_type=o.gpu_model,
-            # A requeue pushed the job's begin time back (about 2 min in Slurm 22.05): it starts now.
-            clear_begin=o.restarts > 0 and o.eligible_s > self.origin + self.now,
+            gpu_index=tuple(tuple(g) for _, g, _, _ in self.targets[e.job].placement),
+            share_milli=self.targets[e.job].share_milli,
         )
 
     def shape(self, job: int) -> tuple[int, int]:
@@ -569,8 +685,12 @@ class LiveView:
         return self._c.node_rank
 
     @property
-    def perf(self):
+    def perf(self) -> PerformanceModel:
         return self._c.perf
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return self._c.capabilities
 
     @property
     def status(self) -> np.ndarray:
@@ -638,19 +758,32 @@ class LiveView:
         return c.executed_s[jobs] + np.where(c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0)
 
     def last_stop_s(self, jobs: np.ndarray) -> np.ndarray:
-        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        return np.where(np.isnan(c.start_s[jobs]), c.jobs.submit_s[jobs], c.hold_since[jobs])
+        return self._c.last_stop[np.asarray(jobs, dtype=np.int64)]
 
     def estimated_end(self, jobs: np.ndarray) -> np.ndarray:
         c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        limit = c.jobs.duration_s[jobs]
-        return np.where(limit > 0, c.hold_since[jobs] + self.remaining_work(jobs), math.inf)
+        known = (c.jobs.duration_s[jobs] > 0) & (c.phase[jobs] == PHASE_RUNNING)
+        return np.where(known, c.now + self.remaining_work(jobs), math.inf)
 
     def next_checkpoint_s(self, job: int) -> float:
-        return math.inf  # unknown live: a preempted job restarts from its own checkpoints, if it has any
+        """As in the simulator: every checkpoint interval (the job's own, else the run's) from when it began
+        running; never (inf) with no interval (it checkpoints when stopped) or while not running."""
+        c = self._c
+        own = float(c.jobs.checkpoint_s[job])
+        interval = own if not math.isnan(own) else c.checkpoint_interval_s
+        if not interval > 0 or c.phase[job] != PHASE_RUNNING:
+            return math.inf
+        since = c.hold_since[job]
+        return float(since + (math.floor((c.now - since) / interval) + 1) * interval)
 
     def restart_delay_s(self, job: int, target: Target) -> float:
-        return 0.0
+        """The performance model's restart delay, as in the simulator (0 for a first start)."""
+        c = self._c
+        if math.isnan(c.start_s[job]):
+            return 0.0
+        last = c.last_placement.get(job)
+        same = last is not None and _gpu_set(last) == _gpu_set(target.placement)
+        return float(c.perf.restart_delay_s(job, target.num_gpus, same))
 
     def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
         running = self.running_jobs()
@@ -669,23 +802,35 @@ class LiveView:
     def idle_since(self) -> np.ndarray:
         return self._c.idle_since
 
-    def power_w(self) -> float:
-        raise WattschedError("live power is read from the node agents' metrics, not from the policy view")
+    def power_w(self) -> float | None:
+        return self._c.meter.power_w
 
-    def energy_used_j(self) -> float:
-        raise WattschedError("live energy is read from the node agents' metrics, not from the policy view")
+    def energy_used_j(self) -> float | None:
+        return self._c.meter.energy_j
+
+    @property
+    def power_source(self) -> str:
+        """Where ``power_w`` and ``energy_used_j`` come from (the agents' metrics, the model, or both)."""
+        return self._c.meter.source
 
     def price_usd_per_mwh(self) -> float | None:
-        return None
+        price = self._c.price
+        return None if price is None else float(price.value_at(np.array([self._c.now]))[0])
 
     def price_ahead_usd_per_mwh(self, hours: int) -> np.ndarray | None:
-        return None
+        price = self._c.price
+        if price is None:
+            return None
+        return price.value_at(self._c.now + 3600.0 * np.arange(max(int(hours), 0)))
 
     def carbon_g_per_kwh(self) -> float | None:
-        return None
+        carbon = self._c.carbon
+        return None if carbon is None else float(carbon.value_at(np.array([self._c.now]))[0])
 
     def next_arrival_s(self) -> float:
-        return self._c.now  # live arrivals are not known in advance: one may come at any time
+        # Live arrivals are not known before they are submitted: none is known (the scheduler hears of new
+        # jobs through Scheduler.on_jobs_added).
+        return math.inf
 
     @property
     def changes(self) -> ChangeSet:
@@ -717,36 +862,23 @@ class LiveActions:
 
     def start(self, job: int, target: Target) -> None:
         c = self._c
+        if not 0 <= job < len(c.ids):
+            raise self._invalid(None, f"unknown job index {job}")
         if c.status[job] != STATUS_PENDING or job in c.targets:
             raise self._invalid(job, "start of a job that is not waiting")
-        if target.share_milli < MILLI:
-            # Slurm gives each job whole GPUs (gres/gpu is exclusive): a job the policy co-locates runs alone on
-            # the GPUs it was given, once they are wholly free.
-            whole = Target(target.placement, MILLI, target.setting)
-            if job not in c.unshared:
-                c.unshared.add(job)
-                log.warning("job %s: %s shares GPUs (%d milli-GPU each), Slurm gives whole GPUs: it runs alone on "
-                            "%s", c.ids[job], self._by, target.share_milli, _describe(c, target.placement))  # fmt: skip
-            if not c._fits(whole.placement):
-                return  # left waiting: the next decision places it again
-            target = whole
+        c.validator.target(self._by, job, target)
         nodes = tuple(str(c.spec.node_names[n]) for n, *_ in target.placement)
         per_node = {len(gpus) for _, gpus, _, _ in target.placement}
         shape = (len(nodes), per_node.pop()) if len(per_node) == 1 else None
         resize = None
         if shape != c.shape(job):
-            # The cluster manager runs a job in one shape: so many GPUs on each of its nodes. Another shape is a
-            # resize, carried out only where the operator allows it.
-            if not (c.allow_resize and shape is not None and shape[1] > 0):
-                if job not in c.misshaped:
-                    c.misshaped.add(job)
-                    n, g = c.shape(job)
-                    log.warning("job %s asks for %d node(s) x %d GPU(s); placement %s does not have that shape%s: "
-                                "left waiting", c.ids[job], n, g, _describe(c, target.placement),
-                                "" if c.allow_resize else " (resizing not allowed)")  # fmt: skip
-                return
+            # A cluster manager runs a job in one shape: so many GPUs on each of its nodes.
+            if shape is None or shape[1] == 0:
+                where = _describe(c, target.placement)
+                raise self._invalid(job, f"placement {where} has GPUs per node that differ: the cluster manager "
+                                         "runs a job with the same GPUs on each node")  # fmt: skip
             resize = shape
-        if not c._fits(target.placement):
+        if not c._fits(target):
             raise self._invalid(job, f"placement {_describe(c, target.placement)} is not free")
         c.store.record_start(c.ids[job], target.placement, "starting")  # before the call: no double start
         c._hold(job, target)
@@ -759,6 +891,7 @@ class LiveActions:
         c = self._c
         if job not in c.targets:
             raise self._invalid(job, "stop of a job that holds nothing")
+        c.validator.stop(self._by, job)
         if any(e.job == job for e in c.outbox):  # started by wattsched but not let go yet: nothing to requeue
             c.outbox = [e for e in c.outbox if e.job != job]
             c._release(job)
@@ -792,6 +925,7 @@ class LiveActions:
         if job not in c.targets:
             raise self._invalid(job, "retune of a job that holds nothing")
         old = c.targets[job]
+        c.validator.setting(self._by, job, old.placement, setting)
         c.targets[job] = Target(old.placement, old.share_milli, setting)
         c.changes.counts[SETTINGS] += 1
         self.apply_setting(job, setting)
@@ -806,6 +940,8 @@ class LiveActions:
 
     def reject(self, job: int) -> None:
         c = self._c
+        if c.status[job] != STATUS_PENDING or job in c.targets:
+            raise self._invalid(job, "reject of a job that is not pending")
         try:
             c.backend.cancel(c.ids[job])
         except BackendError as exc:
@@ -822,35 +958,33 @@ class LiveActions:
         (c.deferred.add if deferred else c.deferred.discard)(job)
 
     def keep_free(self, gpus: float) -> None:
+        if not gpus >= 0:
+            raise self._invalid(None, f"keep_free_gpus must be >= 0, got {gpus}")
         if float(gpus) != self._c.keep_free_gpus:
             self._c.changes.counts[SETTINGS] += 1
         self._c.keep_free_gpus = float(gpus)
 
     def power_on(self, nodes: Iterable[int]) -> None:
-        if self._c.power is not None:
-            self._c.power.boot(list(nodes))
-        else:
-            self._power(nodes, self._c.backend.power_up)
+        if self._c.power is None:  # as in the simulator: node power belongs to a power manager
+            raise self._invalid(None, "this run has no node power control (no --power manager)")
+        self._c.power.boot(list(nodes))
 
     def power_off(self, nodes: Iterable[int]) -> None:
-        if self._c.power is not None:
-            self._c.power.shutdown(list(nodes))
-        else:
-            self._power(nodes, self._c.backend.power_down)
-
-    def _power(self, nodes: Iterable[int], call) -> None:
-        names = [str(self._c.spec.node_names[n]) for n in nodes]
-        if names:
-            try:
-                call(names)
-            except BackendError as exc:
-                log.warning("power change of %s failed: %s", ",".join(names), exc)
+        if self._c.power is None:
+            raise self._invalid(None, "this run has no node power control (no --power manager)")
+        self._c.power.shutdown(list(nodes))
 
     def wake_at(self, time: float, callback: WakeCallback) -> None:
+        if not time >= self._c.now:
+            raise self._invalid(None, f"wake-up at {time} is in the past (now {self._c.now})")
         self._c.schedule(time, callback, self)
 
     def decide_after_events(self) -> None:
         self._c.decide_requested = True
+
+
+def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
+    return frozenset((node, g) for node, gpus, _, _ in placement for g in gpus)
 
 
 def _describe(c: LiveCluster, placement: Placement) -> str:

@@ -15,6 +15,43 @@ from .common import console, user_errors
 serve_app = typer.Typer(help="Run the scheduler live on a cluster manager.", no_args_is_help=True)
 
 
+def _live_signals(region: str | None, year: int, price_csv: str | None, carbon_csv: str | None):
+    """The price and carbon series a live run's policies read, aligned to the mirror's origin (epoch seconds)
+    by the simulator's rule (weekday and hour of the signal year); None when none is configured."""
+    if region is None and price_csv is None and carbon_csv is None:
+        return None
+    from datetime import UTC, datetime
+
+    from ..experiments.config import SimulationConfig
+    from ..experiments.energy_setup import grid_signals
+
+    cfg = SimulationConfig(region=region, year=year, price_csv=price_csv, carbon_csv=carbon_csv)
+    grid_signals(cfg, datetime.now(UTC), [])  # read (and checked) before the service starts
+
+    def aligned(origin_s: float):
+        return tuple(grid_signals(cfg, datetime.fromtimestamp(origin_s, UTC), []))
+
+    return aligned
+
+
+_LIVE_OPTIONS = {
+    "region": typer.Option(help="grid region whose price and carbon the policies read, e.g. US-CAL-CISO"),
+    "year": typer.Option(
+        help="year of the region's price and carbon series (mapped onto today by weekday/hour)"
+    ),
+    "price_csv": typer.Option(help="the operator's own price series (CSV, as simulate --price-csv)"),
+    "carbon_csv": typer.Option(help="the operator's own carbon series (CSV, as simulate --carbon-csv)"),
+    "checkpoint_interval": typer.Option(
+        help="seconds between the jobs' own checkpoints (0: they checkpoint when stopped), as in simulate",
+        min=0,
+    ),
+    "agent_metrics_url": typer.Option(
+        help="each node agent's /metrics ({node}: the node name): measured GPU power for the policies' view; "
+        "without it, the linear power model"
+    ),
+}
+
+
 def _type_map(values: list[str]) -> dict[str, str]:
     out = {}
     for v in values:
@@ -82,6 +119,12 @@ def slurm(
     record_interval: Annotated[
         float, typer.Option(help="seconds between reads of the agents for --record-profiles", min=1)
     ] = 30.0,
+    region: Annotated[str | None, _LIVE_OPTIONS["region"]] = None,
+    year: Annotated[int, _LIVE_OPTIONS["year"]] = 2023,
+    price_csv: Annotated[str | None, _LIVE_OPTIONS["price_csv"]] = None,
+    carbon_csv: Annotated[str | None, _LIVE_OPTIONS["carbon_csv"]] = None,
+    checkpoint_interval: Annotated[float, _LIVE_OPTIONS["checkpoint_interval"]] = 0.0,
+    agent_metrics_url: Annotated[str | None, _LIVE_OPTIONS["agent_metrics_url"]] = None,
     max_steps: Annotated[int | None, typer.Option(help="stop after this many observations (tests)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
@@ -119,9 +162,11 @@ def slurm(
         scheduler = build_scheduler(cfg, None)
         metrics = LiveMetrics()
         driver = LiveDriver(
-            SlurmBackend(partition=partition), scheduler, JobStore(state_db), seed=seed,
-            slurm_powers_nodes=power == "slurm", power_manager=manager, allow_resize=allow_resize,
+            SlurmBackend(partition=partition, wakes_nodes_for_jobs=power == "slurm"), scheduler,
+            JobStore(state_db), seed=seed, power_manager=manager, allow_resize=allow_resize,
             gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics,
+            signals_for=_live_signals(region, year, price_csv, carbon_csv),
+            checkpoint_interval_s=checkpoint_interval, agent_metrics_url=agent_metrics_url,
         )  # fmt: skip
         driver.recorder = recorder
         if metrics_port:

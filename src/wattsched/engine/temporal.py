@@ -41,20 +41,24 @@ from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from ..perf.model import PerformanceModel
 from ..policies.base import JobRequest, Placement
 from ..policies.contract import (
+    ALL_CAPABILITIES,
     ARRIVED,
     LEFT,
     RELEASED,
     SETTINGS,
     TAKEN,
     BindContext,
+    Capability,
     ChangeCounter,
     ChangeSet,
     InvalidDecision,
     Scheduler,
     Target,
     WakeCallback,
+    check_capabilities,
 )
 from ..policies.requests import RequestBook
+from ..policies.validation import ActionValidator
 from .alloc_log import NO_ALLOC, AllocationLog
 from .meter import PowerMeter
 from .observers import Observer
@@ -77,6 +81,26 @@ TAIL_MAX_TIMERS = 200_000
 # one and no wake-up the policy asked for, and that change nothing themselves: the run can never progress.
 STALL_DECISIONS = 100
 _PENDING_CHUNK = 16
+
+
+# Why a simulation may lack a capability: the run's settings, not the simulator.
+SIM_LACKS = {
+    Capability.KNOWS_PRICES: "give the run a price signal (--region or --price-csv)",
+    Capability.KNOWS_CARBON: "give the run a carbon signal (--region or --carbon-csv)",
+    Capability.METERS_ENERGY: "run with energy accounting",
+    Capability.POWERS_NODES: "run with energy accounting and a power manager",
+}
+
+
+def sim_capabilities(power: object, meter: object, price: object, carbon: object) -> frozenset[Capability]:
+    """What a simulation offers: everything, less the signals, meter and node power the run lacks."""
+    lacking = {
+        Capability.POWERS_NODES: power is None,
+        Capability.METERS_ENERGY: meter is None,
+        Capability.KNOWS_PRICES: price is None,
+        Capability.KNOWS_CARBON: carbon is None,
+    }
+    return ALL_CAPABILITIES - {cap for cap, lacks in lacking.items() if lacks}
 
 
 def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
@@ -135,9 +159,6 @@ class Simulator:
         self.scheduler = scheduler
         self.state = ClusterState(spec)
         self.book = RequestBook.build(jobs, spec)
-        # Plain-list copies (per node, not per job) for the per-start target check.
-        self._gpu_count_list = spec.gpu_count.tolist()
-        self._mask_lists = [m.tolist() for m in self.book.node_mask_by_spec]
         self.perf = perf if perf is not None else PerformanceModel(jobs, spec, job_gpu_load(jobs))
         self.power = power
         self.power_meter = power_meter
@@ -158,12 +179,19 @@ class Simulator:
         self.ckpt_interval = np.where(np.isnan(own), self.checkpoint_interval_s, own)
         # The seeded node order every policy of the run breaks ties with (drawn first from the policy stream).
         self.node_rank = rng.permutation(spec.num_nodes).astype(np.int64)
+        self.capabilities = sim_capabilities(power, power_meter, *signals)
+        needs = {f"policy '{scheduler.name}'": scheduler.required_capabilities()}
+        if power is not None:
+            needs[f"power manager '{power.manager.name}'"] = power.manager.needs
+        check_capabilities("simulator", self.capabilities, needs, SIM_LACKS)
+        self.validator = ActionValidator(spec, self.book, self.perf, self.capabilities, self._job_name)
         self.view = SimView(self)
         self.actions = SimActions(self, scheduler.name)
         self._by = scheduler.name
         self.actions_for_power = SimActions(self, power.manager.name if power else "power manager")
         scheduler.bind(BindContext(spec, jobs, rng, self.node_rank, self.perf))
-        self._admit = getattr(scheduler, "admit", None)
+        # Queue policies that admit every job leave the arrival loop without a call per job.
+        self._admit = scheduler.admit if type(scheduler).admit is not Scheduler.admit else None
 
         n = len(jobs)
         self._gpu_width = max(spec.max_gpus_per_node, 1)
@@ -503,7 +531,7 @@ class Simulator:
         state = self.state
         milli = int(target.share_milli)
         placement = target.placement
-        self._check_target(job, target)
+        self.validator.target(self._by, job, target)
         try:
             for node, gpus, cpu, mem in placement:
                 if not state.available[node]:
@@ -525,52 +553,11 @@ class Simulator:
             for node, gpus, _, _ in placement:
                 for g in gpus:
                     self._residents.setdefault(node * width + g, []).append(job)
-            self._check_memory(job, placement)
+            self.validator.memory(self._by, job, placement, self._co_runners(job, placement))
         return code, ngpu
 
-    def _check_target(self, job: int, target: Target) -> None:
-        """Refuse a malformed target before anything is allocated (ClusterState.allocate checks capacity only:
-        a repeated GPU, a negative index or a share outside 1..1000 would corrupt the accounting)."""
-        milli = int(target.share_milli)
-        if not 0 < milli <= MILLI:
-            raise self._invalid(job, f"GPU share {milli} milli-GPU is outside 1..{MILLI}")
-        gpu_job = self.jobs.num_gpu[job] > 0
-        mask = self._mask_lists[self.book.spec_id[job]]
-        gpu_count, num_nodes = self._gpu_count_list, len(self._gpu_count_list)
-        seen: set[tuple[int, int]] = set()
-        for node, gpus, cpu, mem in target.placement:
-            if not 0 <= node < num_nodes:
-                raise self._invalid(job, f"node {node} does not exist ({num_nodes} nodes)")
-            if cpu < 0 or mem < 0:
-                raise self._invalid(job, f"negative CPU or memory on node {self.spec.node_names[node]}")
-            for g in gpus:
-                if not 0 <= g < gpu_count[node]:
-                    raise self._invalid(
-                        job,
-                        f"GPU {g} does not exist on node {self.spec.node_names[node]} ({gpu_count[node]} GPUs)",
-                    )
-                if (node, g) in seen:
-                    raise self._invalid(job, f"GPU {g} of node {self.spec.node_names[node]} is listed twice")
-                seen.add((node, g))
-            if gpus and gpu_job and not mask[node]:
-                raise self._invalid(
-                    job, f"node {self.spec.node_names[node]} has a GPU model the job does not accept"
-                )
-        if gpu_job and not seen:
-            raise self._invalid(job, "a GPU job was given no GPU")
-        if seen:
-            self._check_setting(job, target.placement, target.setting)
-
-    def _check_setting(self, job: int, placement: Placement, setting: GpuSetting) -> None:
-        """A GPU setting outside the GPU's allowed range is the policy's error (raised before any change)."""
-        if setting == DEFAULT_SETTING:
-            return
-        code = self._gpu_code(placement)
-        try:
-            self.perf.speed(code, setting)
-            self.perf.power_scale(code, setting)
-        except WattschedError as exc:
-            raise self._invalid(job, str(exc)) from None
+    def _job_name(self, job: int) -> str:
+        return str(self.jobs.job_id[job])
 
     def _invalid(self, job: int, message: str) -> InvalidDecision:
         return InvalidDecision(self._by, str(self.jobs.job_id[job]), message)
@@ -742,6 +729,7 @@ class Simulator:
     def stop(self, job: int, save: bool = False) -> None:
         if self.status[job] != STATUS_RUNNING:
             raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "stop of a job that is not running")
+        self.validator.stop(self._by, job)
         lost, alloc = self._release_for_change(job, save)
         self.preemptions[job] += 1
         del self.running[job]
@@ -790,6 +778,7 @@ class Simulator:
                 raise InvalidDecision(
                     self._by, str(self.jobs.job_id[job]), "move of a job that is not running"
                 )
+            self.validator.stop(self._by, job)
             was_running[job] = self.phase[job] == PHASE_RUNNING
             _, (placement, _) = self._release_for_change(job, save=True)  # a planned move checkpoints first
             touched |= self._sharers_of(placement)
@@ -817,7 +806,7 @@ class Simulator:
             raise InvalidDecision(self._by, str(self.jobs.job_id[job]), "retune of a job that is not running")
         placement = self.log.placements[int(self.alloc_id[job])]
         if self.held_gpus[job]:
-            self._check_setting(job, placement, setting)
+            self.validator.setting(self._by, job, placement, setting)
         self.setting_id[job] = self.log.setting_id(setting)
         self.changes.counts[SETTINGS] += 1
         self.load[job] = self._load_now(job)
@@ -854,23 +843,6 @@ class Simulator:
         counts[RELEASED] += 1
         self.log.append(now, job, NO_ALLOC, 0.0, 0.0, PHASE_RELEASED, int(self.setting_id[job]), 0.0)
         self._after_release(job, held)
-
-    def _check_memory(self, job: int, placement: Placement) -> None:
-        """Jobs sharing a GPU must fit in its memory together (where the model knows their memory)."""
-        need = self.perf.memory_gib(job)
-        if need <= 0:
-            return
-        from ..core.gpus import gpu_model
-
-        cap = gpu_model(self.spec.gpu_models[self._gpu_code(placement)]).memory_gib
-        for others in self._co_runners(job, placement):
-            total = need + sum(self.perf.memory_gib(k) for k in others)
-            if total > cap + 1e-9:
-                raise InvalidDecision(
-                    self._by,
-                    str(self.jobs.job_id[job]),
-                    f"GPU memory does not fit: {total:.1f} GiB needed on a {cap:g} GiB GPU",
-                )
 
     def _check_invariants(self) -> None:
         self.state.check_invariants()
@@ -962,6 +934,7 @@ class SimView:
         self.state = sim.state
         self.node_rank = sim.node_rank
         self.perf = sim.perf
+        self.capabilities = sim.capabilities
 
     @property
     def now(self) -> float:
@@ -1108,17 +1081,13 @@ class SimView:
     def booting_gpus(self) -> float:
         return self._sim.power.booting_gpus if self._sim.power is not None else 0.0
 
-    def power_w(self) -> float:
+    def power_w(self) -> float | None:
         meter = self._sim.power_meter
-        if meter is None:
-            raise WattschedError("this run has no power meter (run with energy accounting)")
-        return meter.power_w(self._sim)
+        return None if meter is None else meter.power_w(self._sim)
 
-    def energy_used_j(self) -> float:
+    def energy_used_j(self) -> float | None:
         meter = self._sim.power_meter
-        if meter is None:
-            raise WattschedError("this run has no power meter (run with energy accounting)")
-        return meter.energy_j(self._sim)
+        return None if meter is None else meter.energy_j(self._sim)
 
     def price_usd_per_mwh(self) -> float | None:
         price = self._sim.price

@@ -72,7 +72,8 @@ class EnergySetup:
                 self.ledger.model.measured_held_w[gpu] = held
 
 
-def _signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[str]):
+def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[str]):
+    """The run's price and carbon series (None where not configured), aligned to `trace_start`."""
     from ..energy import signals
 
     kw = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
@@ -117,7 +118,7 @@ def build_energy(cfg: SimulationConfig, trace_start: datetime | None) -> EnergyS
     setting_rule = None
     if cfg.power_model == "dvfs":
         setting_rule = SettingRule(cfg.governor, cfg.gpu_power_limit, cfg.gpu_sm_clock)
-    price, carbon = _signals(cfg, trace_start, notes)
+    price, carbon = grid_signals(cfg, trace_start, notes)
     ledger = EnergyLedger(
         model,
         node_base_w=base,

@@ -219,16 +219,6 @@ def build_scheduler(cfg: SimulationConfig, setting_rule) -> Scheduler:
     return QueuePlacementScheduler(queue, PLACEMENT_POLICIES.create(cfg.placement), setting_rule)
 
 
-def check_policy_inputs(scheduler: Scheduler, jobs: JobTable, workload: str) -> None:
-    """Stop with a message naming the flag when the policy needs an input the workload lacks."""
-    policy = getattr(scheduler, "policy", None)
-    if getattr(policy, "needs_deadlines", False) and np.isnan(jobs.deadline_s).all():
-        raise WattschedError(
-            f"allocation policy '{policy.name}' needs job deadlines and workload '{workload}' has none: "
-            "give every training job one with --deadline-slack K (deadline = submit + K x trace duration)"
-        )
-
-
 def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, scheduler, rng):
     """The job performance model, and the job table with any assigned model names."""
     from ..perf.colocation import sharing_model
@@ -276,7 +266,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
     cluster = inputs.cluster
     energy = build_energy(cfg, inputs.time_origin_utc) if cfg.energy else None
     scheduler = build_scheduler(cfg, energy.setting_rule if energy else None)
-    check_policy_inputs(scheduler, inputs.jobs, cfg.workload)
+    scheduler.check_inputs(inputs.jobs, cfg.workload)
     perf, jobs = build_perf(cfg, inputs.jobs, cluster, scheduler, rng_models)
     if energy is not None:
         energy.use_measured_held(perf.profiles)

@@ -173,11 +173,11 @@ def _with_recorded_files(cfg: SimulationConfig, summary: dict[str, Any]) -> Simu
 
 @lru_cache(maxsize=32)
 def _signals_cached(cfg_json: str, trace_start: str | None) -> tuple[Any, Any]:
-    from .energy_setup import _signals
+    from .energy_setup import grid_signals
 
     cfg = SimulationConfig.model_validate_json(cfg_json)
     start = None if trace_start is None else datetime.fromisoformat(trace_start)
-    return tuple(_signals(cfg, start, []))  # type: ignore[return-value]
+    return tuple(grid_signals(cfg, start, []))  # type: ignore[return-value]
 
 
 def finite(value: Any) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..core.cluster import MILLI
+from ..core.errors import WattschedError
 from ..core.jobs import JobTable
 from ..core.states import STATUS_PENDING, STATUS_RUNNING
 from ..energy.dvfs import DEFAULT_SETTING
@@ -24,6 +25,7 @@ from .contract import (
     Actions,
     AllocationPolicy,
     BindContext,
+    Capability,
     ClusterView,
     Decision,
     InvalidDecision,
@@ -86,6 +88,14 @@ class QueuePlacementScheduler(Scheduler):
         self.placement.prepare(ctx.jobs, ctx.spec)
         self._model_names = ctx.spec.gpu_models
         self._model_code = ctx.spec.gpu_model_code
+
+    def on_jobs_added(self, ctx: BindContext, view: ClusterView, actions: Actions) -> None:
+        # The placement keeps its random stream and tie-break order; only what it derives from the jobs
+        # (FGD's typical pods) is derived again.
+        self.placement.prepare(ctx.jobs, ctx.spec)
+
+    def required_capabilities(self) -> frozenset[Capability]:
+        return frozenset({Capability.SETS_GPU_SETTINGS}) if self.setting_rule is not None else frozenset()
 
     def priority(self, jobs: JobTable) -> np.ndarray:
         return np.asarray(self.queue.priority(jobs), dtype=np.float64)
@@ -161,11 +171,30 @@ class RoundScheduler(Scheduler):
         self.decisions = 0
         self._origin = 0.0
         self._wake = -math.inf  # the last wake-up the policy asked for (Decision.wake_at)
+        self._rounds_stopped = False  # no work and no known arrival: rounds resume when jobs are added
 
     def bind(self, ctx: BindContext) -> None:
         self.policy.bind(replace(ctx, params={**ctx.params, **self.params}))
         self._model_names = ctx.spec.gpu_models
         self._model_code = ctx.spec.gpu_model_code
+
+    def on_jobs_added(self, ctx: BindContext, view: ClusterView, actions: Actions) -> None:
+        self.policy.on_jobs_added(replace(ctx, params={**ctx.params, **self.params}))
+        if self._rounds_stopped:  # rounds resume on their grid, as if the arrival had been known
+            self._rounds_stopped = False
+            k = math.ceil((view.now - self._origin) / self.round_s - 1e-12)
+            actions.wake_at(self._origin + k * self.round_s, self._round)
+
+    def required_capabilities(self) -> frozenset[Capability]:
+        needs = self.policy.required_capabilities(self.params)
+        return needs | {Capability.SETS_GPU_SETTINGS} if self.setting_rule is not None else needs
+
+    def check_inputs(self, jobs: JobTable, workload: str) -> None:
+        if self.policy.needs_deadlines and np.isnan(jobs.deadline_s).all():
+            raise WattschedError(
+                f"allocation policy '{self.policy.name}' needs job deadlines and workload '{workload}' has none: "
+                "give every training job one with --deadline-slack K (deadline = submit + K x trace duration)"
+            )
 
     def on_start(self, view: ClusterView, actions: Actions) -> None:
         self._origin = view.now
@@ -181,7 +210,8 @@ class RoundScheduler(Scheduler):
         else:
             arrival = view.next_arrival_s()
             if not math.isfinite(arrival):
-                return  # nothing left to schedule
+                self._rounds_stopped = True
+                return  # nothing left to schedule (until jobs are added)
             # Skip empty rounds: the next round on the grid at or after the next arrival.
             k = math.ceil((arrival - self._origin) / self.round_s - 1e-12)
             nxt = max(self._origin + k * self.round_s, view.now + self.round_s)

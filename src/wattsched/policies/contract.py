@@ -21,6 +21,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
@@ -34,6 +35,59 @@ from .base import JobRequest, Placement
 
 if TYPE_CHECKING:
     from ..perf.model import PerformanceModel
+
+
+class Capability(StrEnum):
+    """What a backend may or may not be able to do. A policy declares what it needs; a backend declares what it
+    offers; a run whose policy needs something its backend lacks is refused before it starts
+    (:func:`check_capabilities`), rather than failing or silently doing something else later."""
+
+    SHARES_GPUS = "shares-gpus"  # several jobs on one GPU (a Target share below 1000 milli-GPU)
+    RESIZES = "resizes"  # a job runs on another GPU count or shape than it asked for
+    PREEMPTS = "preempts"  # running jobs are stopped (checkpointed, back to the queue) or moved
+    POWERS_NODES = "powers-nodes"  # nodes are switched off and on by the policies
+    SETS_GPU_SETTINGS = "sets-gpu-settings"  # a job's GPU clock or power limit is set
+    KNOWS_PRICES = "knows-prices"  # the electricity price now and ahead (view.price_*)
+    KNOWS_CARBON = "knows-carbon"  # the grid's carbon intensity now (view.carbon_g_per_kwh)
+    METERS_ENERGY = "meters-energy"  # cluster power and energy used so far (view.power_w, view.energy_used_j)
+
+
+CAPABILITY_TEXT = {
+    Capability.SHARES_GPUS: "GPU sharing (several jobs on one GPU)",
+    Capability.RESIZES: "resizing jobs (another GPU count or shape than asked for)",
+    Capability.PREEMPTS: "preempting running jobs (stop with checkpoint, move)",
+    Capability.POWERS_NODES: "switching nodes off and on",
+    Capability.SETS_GPU_SETTINGS: "setting GPU clocks or power limits",
+    Capability.KNOWS_PRICES: "an electricity price signal",
+    Capability.KNOWS_CARBON: "a carbon-intensity signal",
+    Capability.METERS_ENERGY: "a power meter (cluster power and energy used)",
+}
+
+ALL_CAPABILITIES = frozenset(Capability)
+
+
+class MissingCapability(WattschedError):
+    """A policy needs something the backend does not offer: refused at start, in one line."""
+
+
+def check_capabilities(
+    backend: str,
+    offered: frozenset[Capability],
+    needs: Mapping[str, frozenset[Capability]],
+    why_not: Mapping[Capability, str] | None = None,
+) -> None:
+    """Refuse a run whose policies (``needs``: policy name -> capabilities) need what the backend lacks; the
+    message names the policy, the capability and, where the backend says, why it lacks it."""
+    for who, wanted in needs.items():
+        missing = sorted(set(wanted) - set(offered))
+        if missing:
+            cap = missing[0]
+            reason = (why_not or {}).get(cap)
+            more = f" (and {', '.join(missing[1:])})" if len(missing) > 1 else ""
+            raise MissingCapability(
+                f"{who} needs {CAPABILITY_TEXT[cap]}{more}, which the {backend} backend does not offer"
+                + (f": {reason}" if reason else "")
+            )
 
 
 class InvalidDecision(WattschedError):
@@ -153,18 +207,45 @@ class ChangeCounter:
 
 
 class ClusterView(Protocol):
-    """Read-only view of the cluster and its jobs. Arrays must not be modified."""
+    """Read-only view of the cluster and its jobs. Arrays must not be modified.
 
-    now: float
-    spec: ClusterSpec
-    jobs: JobTable
-    state: ClusterState  # free resources per node and GPU
-    node_rank: np.ndarray  # [N] seeded tie-break order shared by every policy of the run
-    perf: PerformanceModel  # how fast each job runs in a configuration, and at what power
+    Every member a policy may use is declared here; the simulator (``engine/temporal.py`` SimView) and the live
+    backends (``backends/live.py`` LiveView) implement all of them with the same meaning. What a backend may
+    lack answers "not available" (None) rather than raising, and is listed in ``capabilities``."""
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def spec(self) -> ClusterSpec: ...
+
+    @property
+    def jobs(self) -> JobTable: ...
+
+    @property
+    def state(self) -> ClusterState:
+        """Free resources per node and GPU."""
+
+    @property
+    def node_rank(self) -> np.ndarray:
+        """[N] seeded tie-break order shared by every policy of the run."""
+
+    @property
+    def perf(self) -> PerformanceModel:
+        """How fast each job runs in a configuration, and at what power."""
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What this backend offers (:class:`Capability`)."""
 
     # jobs
-    status: np.ndarray  # [J] core.states STATUS_*
-    phase: np.ndarray  # [J] core.states PHASE_* while a job holds GPUs
+    @property
+    def status(self) -> np.ndarray:
+        """[J] core.states STATUS_*."""
+
+    @property
+    def phase(self) -> np.ndarray:
+        """[J] core.states PHASE_* while a job holds GPUs."""
 
     @property
     def queue_length(self) -> int:
@@ -194,14 +275,23 @@ class ClusterView(Protocol):
     def previous_placement(self, job: int) -> Placement | None:
         """What the job held the last time it ran (None if it never ran)."""
 
-    def remaining_work(self, jobs: np.ndarray) -> np.ndarray: ...
+    def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
+        """Work left (the performance model's units: iterations, or seconds of the trace duration)."""
+
+    def work(self, jobs: np.ndarray) -> np.ndarray:
+        """Each job's whole work, in the same units."""
 
     def rate(self, jobs: np.ndarray) -> np.ndarray:
         """Progress rate now (work units per second; 0 while restarting)."""
 
-    def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray: ...
+    def held_gpus(self, jobs: np.ndarray) -> np.ndarray:
+        """GPUs each job holds now (0 when it holds none)."""
 
-    def executed_seconds(self, jobs: np.ndarray) -> np.ndarray: ...
+    def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray:
+        """GPU-seconds held so far (all of each job's holds)."""
+
+    def executed_seconds(self, jobs: np.ndarray) -> np.ndarray:
+        """Seconds held so far."""
 
     def last_stop_s(self, jobs: np.ndarray) -> np.ndarray:
         """When each job last stopped holding GPUs (its submit time if it never ran)."""
@@ -215,32 +305,53 @@ class ClusterView(Protocol):
     def restart_delay_s(self, job: int, target: Target) -> float:
         """Delay a move to `target` would cost (0 for a first start)."""
 
-    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]: ...
+    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
+        """(estimated end, GPUs) of every running job."""
 
-    def free_gpus_total(self) -> int: ...
+    def free_gpus_total(self) -> int:
+        """Whole free GPUs on available nodes."""
 
     # nodes and energy
-    power_state: np.ndarray  # [N] core.states ON/OFF/BOOTING/SHUTTING_DOWN
-    idle_since: np.ndarray  # [N] when each ON node became idle (inf while it hosts work)
+    @property
+    def power_state(self) -> np.ndarray:
+        """[N] core.states ON/OFF/BOOTING/SHUTTING_DOWN."""
 
-    def power_w(self) -> float:
-        """Cluster power now under the run's power model (W)."""
+    @property
+    def idle_since(self) -> np.ndarray:
+        """[N] when each ON node became idle (inf while it hosts work)."""
 
-    def energy_used_j(self) -> float:
-        """Energy used since the run started (J)."""
+    @property
+    def power_epoch(self) -> int:
+        """Bumped whenever a node changes power state (cheap to compare between decisions)."""
 
-    keep_free_gpus: float  # headroom asked for by the allocation policy (0 by default)
+    @property
+    def booting_gpus(self) -> float:
+        """GPUs on nodes that are booting: capacity on its way."""
 
-    def price_usd_per_mwh(self) -> float | None: ...
+    def power_w(self) -> float | None:
+        """Cluster power now (W): measured where the backend meters it, else the run's power model; None
+        without ``meters-energy``."""
 
-    def carbon_g_per_kwh(self) -> float | None: ...
+    def energy_used_j(self) -> float | None:
+        """Energy used since the run started (J); None without ``meters-energy``."""
+
+    @property
+    def keep_free_gpus(self) -> float:
+        """Headroom asked for by the allocation policy (0 by default)."""
+
+    def price_usd_per_mwh(self) -> float | None:
+        """The electricity price now; None without ``knows-prices``."""
+
+    def carbon_g_per_kwh(self) -> float | None:
+        """The grid's carbon intensity now; None without ``knows-carbon``."""
 
     def price_ahead_usd_per_mwh(self, hours: int) -> np.ndarray | None:
         """The price of each of the next `hours` hours, starting with the one now (a day-ahead market publishes
         them in advance; the simulator reads the aligned series); None without a price series."""
 
     def next_arrival_s(self) -> float:
-        """Submission time of the next job not yet arrived (inf when none)."""
+        """Submission time of the next job known to come and not yet arrived (inf when none is known: a live
+        backend learns of jobs as they are submitted, and tells the scheduler through ``on_jobs_added``)."""
 
     @property
     def changes(self) -> ChangeSet:
@@ -312,6 +423,24 @@ class Scheduler(ABC):
     @abstractmethod
     def bind(self, ctx: BindContext) -> None: ...
 
+    def on_jobs_added(self, ctx: BindContext, view: ClusterView, actions: Actions) -> None:
+        """The job table grew (a live backend learns of jobs as they are submitted; the simulator knows them all
+        at ``bind``): ``ctx.jobs`` is the larger table, whose first rows are the old ones, unchanged. Per-job
+        state kept since ``bind`` must carry over (never start over)."""
+        self.bind(ctx)
+
+    def required_capabilities(self) -> frozenset[Capability]:
+        """What the scheduler needs from its backend; checked before the first decision."""
+        return frozenset()
+
+    def admit(self, jobs: JobTable, job: int) -> bool:
+        """Whether an arriving job is accepted at all (False: it is unschedulable, never queued)."""
+        return True
+
+    def check_inputs(self, jobs: JobTable, workload: str) -> None:
+        """Raise a :class:`~wattsched.core.errors.WattschedError` naming what supplies it when the jobs lack
+        an input the scheduler cannot run without (deadlines, ...)."""
+
     def priority(self, jobs: JobTable) -> np.ndarray:
         """Sort key of the pending queue (lower first); submission order by default."""
         return jobs.submit_s
@@ -344,11 +473,28 @@ class AllocationPolicy(ABC):
     decide_on_arrival: ClassVar[bool] = False
     decide_on_completion: ClassVar[bool] = False
     # Workload inputs the policy cannot run without; a run whose jobs lack one stops before it starts with a
-    # message naming the flag that supplies it (experiments/run.py `check_policy_inputs`).
+    # message naming the flag that supplies it (Scheduler.check_inputs).
     needs_deadlines: ClassVar[bool] = False
+    # What the policy needs from its backend (Capability); a backend without one refuses the policy at start.
+    needs: ClassVar[frozenset[Capability]] = frozenset()
+    # Attributes holding state the policy learns while it runs, per job (arrays indexed by job, dicts or sets
+    # keyed by job) or not: kept when the job table grows (``on_jobs_added``), where everything else ``bind``
+    # derives from the workload is derived again for the larger table.
+    learned_state: ClassVar[tuple[str, ...]] = ()
 
     def bind(self, ctx: BindContext) -> None:
         """See the cluster and workload once before the first round."""
+
+    def on_jobs_added(self, ctx: BindContext) -> None:
+        """The job table grew (live): derive again what ``bind`` derives from the jobs, keep ``learned_state``."""
+        kept = {name: getattr(self, name) for name in self.learned_state if hasattr(self, name)}
+        self.bind(ctx)
+        for name, old in kept.items():
+            setattr(self, name, _carry_over(old, getattr(self, name, None)))
+
+    def required_capabilities(self, params: Mapping[str, Any]) -> frozenset[Capability]:
+        """What the policy needs with the run's settings (``BindContext.params``); ``needs`` by default."""
+        return self.needs
 
     @abstractmethod
     def allocate(self, view: ClusterView) -> Decision: ...
@@ -358,6 +504,16 @@ class AllocationPolicy(ABC):
         return {}
 
 
+def _carry_over(old: Any, new: Any) -> Any:
+    """Learned state across a grown job table: an array keeps its old rows (new rows as ``bind`` made them);
+    anything else (a dict or set keyed by job, a counter) is kept as it was."""
+    grown = isinstance(old, np.ndarray) and isinstance(new, np.ndarray) and old.ndim == new.ndim == 1
+    if grown and new.size >= old.size:
+        new[: old.size] = old
+        return new
+    return old
+
+
 class PowerManager:
     """Switches nodes on and off. Hooks act through `actions.power_on/power_off/wake_at`."""
 
@@ -365,6 +521,7 @@ class PowerManager:
     description: ClassVar[str] = ""
     reconstructed: ClassVar[bool] = False
     basis: ClassVar[str] = ""
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POWERS_NODES})
 
     def on_start(self, view: ClusterView, actions: Actions) -> None: ...
 

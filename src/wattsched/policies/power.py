@@ -175,6 +175,7 @@ def power_manager_from_config(name: str, config) -> PowerManager:
 class AlwaysOn(PowerManager):
     name = "always-on"
     description = "every node stays on (baseline)"
+    needs = frozenset()
 
 
 @POWER_MANAGERS.register("idle-timeout")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,7 @@ class FakeCoreV1Api:
         self.events: list[Any] = []
         self.bindings: list[tuple[str, str]] = []  # ("namespace/name", node) in order
         self.calls: list[str] = []
+        self.clock = time.time  # the creation time of pods created through the API
         for n in nodes:
             self.add_node(n)
         for p in pods:
@@ -176,9 +178,66 @@ class FakeCoreV1Api:
         self._record("Pod", "MODIFIED", pod)
         return FakeResponse(status=201)
 
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
+        key = f"{namespace}/{name}"
+        self.calls.append(f"patch {key}")
+        pod = self.pods.get(key)
+        if pod is None:
+            raise FakeApiError(404, f'pods "{name}" not found')
+        _merge(pod, body)
+        self._record("Pod", "MODIFIED", pod)
+        return FakeResponse(status=200)
+
+    def delete_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
+        """Deleted at once (a grace period is the kubelet's business: there is none here)."""
+        key = f"{namespace}/{name}"
+        self.calls.append(f"delete {key}")
+        if key not in self.pods:
+            raise FakeApiError(404, f'pods "{name}" not found')
+        self.delete_pod(key)
+        return FakeResponse(status=200)
+
+    def create_namespaced_pod(self, namespace: str, body: Any, **kw: Any) -> FakeResponse:
+        pod = copy.deepcopy(dict(body))
+        pod.setdefault("metadata", {})["namespace"] = namespace
+        pod["metadata"].setdefault("creationTimestamp", self.now_text())
+        pod.setdefault("status", {"phase": "Pending"})
+        key = _key(pod)
+        self.calls.append(f"create {key}")
+        if key in self.pods:
+            raise FakeApiError(409, f'pods "{pod["metadata"]["name"]}" already exists')
+        self.add_pod(pod)
+        return FakeResponse(status=201)
+
+    def patch_node(self, name: str, body: Any, **kw: Any) -> FakeResponse:
+        self.calls.append(f"patch node {name}")
+        node = self.nodes.get(name)
+        if node is None:
+            raise FakeApiError(404, f'nodes "{name}" not found')
+        _merge(node, body)
+        self._record("Node", "MODIFIED", node)
+        return FakeResponse(status=200)
+
+    def now_text(self) -> str:
+        """Creation time of pods the API creates (the tests set ``clock``)."""
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
     def create_namespaced_event(self, namespace: str, body: Any, **kw: Any) -> FakeResponse:
         self.events.append(body)
         return FakeResponse(status=201)
+
+
+def _merge(obj: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A JSON merge patch (RFC 7386): objects merge, None deletes, anything else replaces."""
+    for k, v in patch.items():
+        if v is None:
+            obj.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(obj.get(k), dict):
+            _merge(obj[k], v)
+        else:
+            obj[k] = copy.deepcopy(v)
 
 
 def _key(pod: Mapping[str, Any]) -> str:

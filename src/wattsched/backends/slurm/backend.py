@@ -33,9 +33,10 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ...energy.dvfs import GpuSetting
+from ...policies.contract import Capability
 from ..base import (
     JOB_FINISHED,
     JOB_RUNNING,
@@ -210,13 +211,24 @@ def job_obs(raw: Mapping[str, Any]) -> JobObs:
         held=held,
         ending=ending,
         restarts=int(_number(raw.get("restart_cnt"), 0)),
-        eligible_s=_number(raw.get("eligible_time"), 0.0),
+        deadline_s=_deadline(raw.get("deadline")),
     )
 
 
-def pin_args(start: StartRequest) -> list[str]:
+def _deadline(value: Any) -> float:
+    """``sbatch --deadline``: epoch seconds; 0 or absent (the default) is no deadline."""
+    number = _number(value, 0.0)
+    return number if number > 0 else math.nan
+
+
+def eligible_time(raw: Mapping[str, Any]) -> float:
+    """Epoch seconds from which a job may start (a requeue pushes this about 2 min ahead in Slurm 22.05)."""
+    return _number(raw.get("eligible_time"), 0.0)
+
+
+def pin_args(start: StartRequest, clear_begin: bool = False) -> list[str]:
     """``scontrol update`` pinning a held job to its nodes; a resize sets its node count and GPUs per node in the
-    same call, and a requeued job's begin time (pushed back by the requeue) is reset to now."""
+    same call, and (``clear_begin``) a requeued job's begin time, pushed back by the requeue, is reset to now."""
     argv = ["scontrol", "update", f"jobid={start.job_id}"]
     if start.gpus_per_node is not None:
         gres = ":".join(
@@ -224,7 +236,7 @@ def pin_args(start: StartRequest) -> list[str]:
         )
         argv += [f"NumNodes={len(start.nodes)}-{len(start.nodes)}", f"TresPerNode={gres}"]
     argv.append(f"nodelist={','.join(start.nodes)}")
-    if start.clear_begin:
+    if clear_begin:
         argv.append("StartTime=now")
     return argv
 
@@ -233,6 +245,14 @@ class SlurmBackend:
     """A Slurm partition (or the whole cluster) as a ``ClusterBackend``."""
 
     name = "slurm"
+    # Slurm requeues (scontrol requeuehold), resizes held jobs (NumNodes, TresPerNode), powers nodes
+    # (state=power_up/power_down) and passes GPU settings to the node agent through the job's comment.
+    capabilities = frozenset(
+        {Capability.PREEMPTS, Capability.RESIZES, Capability.POWERS_NODES, Capability.SETS_GPU_SETTINGS}
+    )
+    lacks: ClassVar[Mapping[Capability, str]] = {
+        Capability.SHARES_GPUS: "Slurm's gres/gpu gives each job whole GPUs"
+    }
 
     def __init__(
         self,
@@ -241,7 +261,11 @@ class SlurmBackend:
         retries: int = 3,
         retry_wait_s: float = 0.5,
         clock: Callable[[], float] = time.time,
+        wakes_nodes_for_jobs: bool = True,
     ):
+        # Slurm's own power saving (SuspendTime, ResumeProgram) wakes powered-down nodes for the jobs sent there.
+        self.wakes_nodes_for_jobs = wakes_nodes_for_jobs
+        self._eligible: dict[str, tuple[int, float]] = {}  # job -> (requeues, eligible time) last observed
         self.runner = runner or subprocess_runner()
         self.partition = partition
         self.retries = max(int(retries), 1)
@@ -284,8 +308,19 @@ class SlurmBackend:
         nodes = self._records(self._json(["sinfo", "--json", *part], "nodes"), node_obs, "sinfo", warnings)
         # A node in several partitions is listed once per partition.
         nodes = list({n.name: n for n in nodes}.values())
-        jobs = self._records(self._json(["squeue", "--json", *part], "jobs"), job_obs, "squeue", warnings)
+        raw_jobs = self._json(["squeue", "--json", *part], "jobs")
+        jobs = self._records(raw_jobs, job_obs, "squeue", warnings)
+        self._eligible = {
+            str(r["job_id"]): (int(_number(r.get("restart_cnt"), 0)), eligible_time(r))
+            for r in raw_jobs
+            if isinstance(r, dict) and "job_id" in r
+        }
         return Observation(now, tuple(nodes), tuple(jobs), tuple(warnings))
+
+    def _clear_begin(self, job_id: str) -> bool:
+        """A requeue pushed the job's begin time back: it starts now."""
+        restarts, eligible = self._eligible.get(job_id, (0, 0.0))
+        return restarts > 0 and eligible > self.clock()
 
     @staticmethod
     def _records(raw: list, parse, what: str, warnings: list[str]) -> list:
@@ -307,7 +342,7 @@ class SlurmBackend:
         pinned = []
         for start in starts:
             try:
-                self._run(pin_args(start))
+                self._run(pin_args(start, self._clear_begin(start.job_id)))
                 pinned.append(start.job_id)
             except BackendError as exc:
                 failed[start.job_id] = exc

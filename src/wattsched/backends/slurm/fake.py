@@ -8,7 +8,7 @@ scheduler: released jobs start where they were pinned, in release order, when th
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..base import BackendError
@@ -51,6 +51,8 @@ class FakeJob:
     restarts: int = 0
     begin_at: float = 0.0  # may start from then (a requeue pushes it back, as Slurm does)
     releases: int = 0  # how often it was let go: more than once without a requeue would be a double start
+    done_s: float = 0.0  # work done by runs before a requeue (kept only where the fake keeps progress)
+    deadline: float = 0.0  # sbatch --deadline (epoch s; 0: none)
 
 
 class FakeSlurm:
@@ -66,15 +68,21 @@ class FakeSlurm:
         ] = []  # (argv prefix, stderr): fail the next matching call
         self.garble: list[str] = []  # commands ("sinfo", "squeue") whose next output is cut short
         self.order: list[int] = []  # job ids in the order they started
+        # A requeued job resumes from where it was stopped (a workload that checkpoints on SIGTERM) rather than
+        # starting over (one that does not).
+        self.keeps_progress = False
+        # How fast a job runs (its run time is duration / speed): 1 unless a test models GPU settings.
+        self.speed: Callable[[FakeJob], float] = lambda job: 1.0
 
     @staticmethod
     def uniform(count: int, gpus: int = 4, prefix: str = "gpu", model: str = "a100", **kw) -> FakeSlurm:
         return FakeSlurm([FakeNode(f"{prefix}{i + 1}", gpus, model) for i in range(count)], **kw)
 
     def submit(self, gpus_per_node: int, num_nodes: int = 1, duration_s: float = 10.0, held: bool = True,
-               time_limit_min: int | None = None, name: str = "job", model: str = "a100") -> str:  # fmt: skip
+               time_limit_min: int | None = None, name: str = "job", model: str = "a100",
+               deadline: float = 0.0) -> str:  # fmt: skip
         job = FakeJob(self.next_id, gpus_per_node, num_nodes, duration_s, model, name, held, time_limit_min,
-                      self.now)  # fmt: skip
+                      self.now, deadline=deadline)  # fmt: skip
         self.jobs[job.job_id] = job
         self.next_id += 1
         return str(job.job_id)
@@ -84,7 +92,9 @@ class FakeSlurm:
         """Move the clock to `to`: finish jobs whose time is up, wake nodes, start released jobs that fit."""
         self.now = max(self.now, float(to))
         for job in self.jobs.values():
-            if job.state == "RUNNING" and self.now >= job.start_time + job.duration_s:
+            if job.state == "RUNNING" and self.now >= job.start_time + (
+                job.duration_s - job.done_s
+            ) / self.speed(job):
                 job.state = "COMPLETED"
                 for n in job.nodes:
                     self.nodes[n].used -= job.gpus_per_node
@@ -152,6 +162,7 @@ class FakeSlurm:
                 "memory_per_node": None, "submit_time": int(j.submit_time), "time_limit": j.time_limit_min,
                 "partition": "main", "gres_detail": [], "comment": j.comment,
                 "restart_cnt": j.restarts, "eligible_time": int(max(j.begin_at, j.submit_time)),
+                "deadline": int(j.deadline),
             })  # fmt: skip
         return json.dumps({"jobs": jobs})
 
@@ -185,6 +196,8 @@ class FakeSlurm:
             if job.state == "RUNNING":
                 for n in job.nodes:
                     self.nodes[n].used -= job.gpus_per_node
+                if self.keeps_progress:
+                    job.done_s += (self.now - job.start_time) * self.speed(job)
             job.state, job.held, job.nodes, job.required = "PENDING", True, [], []
             job.restarts += 1
             job.begin_at = self.now + REQUEUE_BEGIN_DELAY_S

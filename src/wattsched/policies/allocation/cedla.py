@@ -30,7 +30,7 @@ from ...core.states import BOOTING, ON, STATUS_PENDING
 from ...energy.dvfs import DEFAULT_SETTING
 from ...energy.power_models import idle_node_draw_w
 from ..base import PLACEMENT_POLICIES
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision
+from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, Capability, ClusterView, Decision
 from ..planning import Plan, job_gpu_codes
 from .cedla_greedy import greedy_by_group
 from .cedla_milp import PlanInstance, node_groups, solve_milp
@@ -67,6 +67,8 @@ class CeDla(AllocationPolicy):
     decide_on_arrival = True
     decide_on_completion = True
     planner = "greedy (cedla_greedy.greedy_by_group), re-planned every hour"
+    needs = frozenset({Capability.KNOWS_PRICES})
+    learned_state = ("_seen", "_failed")  # kept when live jobs are added (contract.AllocationPolicy)
 
     def __init__(self, horizon_h: int = 24) -> None:
         if horizon_h < 1:

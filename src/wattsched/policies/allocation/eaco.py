@@ -36,7 +36,15 @@ from ...core.states import STATUS_RUNNING
 from ...energy.dvfs import DEFAULT_SETTING
 from ...perf.colocation import EACO_GPUS, EACO_PAIRS
 from ..base import PLACEMENT_POLICIES
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
 from ..planning import Plan, job_gpu_codes, on_same_gpus
 
 MAX_JOBS_PER_GPU = 4  # the paper measures sets of up to four jobs
@@ -73,6 +81,19 @@ class EaCO(AllocationPolicy):
     default_round_s = 360.0  # Gavel's round, the simulator EaCO extends
     decide_on_arrival = True
     decide_on_completion = True
+    needs = frozenset({Capability.SHARES_GPUS, Capability.PREEMPTS})
+    learned_state = (
+        "history",
+        "solo_only",
+        "watch",
+        "joined_at",
+        "undone",
+        "colocations",
+        "observations",
+        "seeded_entries",
+        "_shape",
+        "_shape_ids",
+    )  # kept when live jobs are added (contract.AllocationPolicy)
 
     def __init__(
         self,

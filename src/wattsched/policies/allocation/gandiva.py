@@ -28,7 +28,15 @@ import numpy as np
 from ...core.cluster import MILLI, ClusterState
 from ...core.states import STATUS_RUNNING
 from ..base import PLACEMENT_POLICIES, JobRequest, PlacementPolicy
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
 from ..planning import Plan, on_same_gpus
 
 PAIR_SHARE = MILLI // 2
@@ -56,6 +64,8 @@ class Gandiva(AllocationPolicy):
     default_round_s = 60.0
     decide_on_arrival = True
     decide_on_completion = True
+    needs = frozenset({Capability.SHARES_GPUS, Capability.PREEMPTS})
+    learned_state = ("slot_start",)  # kept when live jobs are added (contract.AllocationPolicy)
 
     def __init__(self, pack: bool = True, slice_s: float | None = None) -> None:
         self.pack = bool(pack)

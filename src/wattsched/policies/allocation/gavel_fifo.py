@@ -46,7 +46,15 @@ from ...core.cluster import MILLI, ClusterState
 from ...core.gpus import gpu_model
 from ...core.states import ON
 from ..base import JobRequest, Placement, PlacementPolicy
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
 from ..planning import Plan, job_gpu_codes, on_same_gpus
 
 PACKING_THRESHOLD = 1.5  # Gavel's FIFOPolicyWithPacking default
@@ -283,6 +291,7 @@ class GavelFifo(_GavelFifo):
 @ALLOCATION_POLICIES.register("gavel-fifo-packed")
 class GavelFifoPacked(_GavelFifo):
     name = "gavel-fifo-packed"
+    needs = frozenset({Capability.SHARES_GPUS, Capability.PREEMPTS})
     description = (
         "FIFO with packing as Gavel has it: pairs of equal GPU count above 1.5 normalised throughput"
     )

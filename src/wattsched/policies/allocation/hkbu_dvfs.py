@@ -32,7 +32,15 @@ import numpy as np
 from ...core.cluster import MILLI
 from ...core.gpus import gpu_model
 from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response, power_limit_range, sm_clock_range
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
 from ..placement import PLACEMENT_POLICIES
 from ..planning import Plan, job_gpu_codes
 
@@ -172,12 +180,13 @@ class HkbuDvfsAllocation(AllocationPolicy):
 
 @ALLOCATION_POLICIES.register("hkbu-dvfs")
 class HkbuDvfsPowerLimit(HkbuDvfsAllocation):
-    pass
+    needs = frozenset({Capability.SETS_GPU_SETTINGS})
 
 
 @ALLOCATION_POLICIES.register("hkbu-dvfs-sm")
 class HkbuDvfsSmClock(HkbuDvfsAllocation):
     name = "hkbu-dvfs-sm"
+    needs = frozenset({Capability.SETS_GPU_SETTINGS})
     knob = "sm-clock"
     description = "EDF starts, per-job least-energy SM clock that meets the deadline (HKBU-DVFS rules)"
 

@@ -27,7 +27,15 @@ from ...core.gpus import gpu_model
 from ...core.states import STATUS_PENDING
 from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, sm_clock_range
 from ..base import PLACEMENT_POLICIES
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
 from ..hkbu_online_pd import LABEL, Formulation, OnlinePrimalDual, PdJob, clock_levels
 from ..planning import Plan
 
@@ -43,6 +51,16 @@ CLOCKS = (0.7, 0.8, 0.9, 1.0)
 @ALLOCATION_POLICIES.register("hkbu-online-pd")
 class HkbuOnlinePd(AllocationPolicy):
     name = "hkbu-online-pd"
+    needs = frozenset({Capability.SETS_GPU_SETTINGS})
+    learned_state = (
+        "pd",
+        "_arrived",
+        "_due",
+        "_planned",
+        "_failed",
+        "_wake_asked",
+        "_ready",
+    )  # kept when live jobs are added (contract.AllocationPolicy)
     description = (
         f"{LABEL}: online primal-dual admission with exponential GPU-slot prices; each arrival gets the "
         "(start, GPU type, clock) of greatest surplus or is rejected"

@@ -24,13 +24,15 @@ import numpy as np
 
 from ...core.states import STATUS_RUNNING
 from ...energy.dvfs import DEFAULT_SETTING
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision
+from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, Capability, ClusterView, Decision
 from ..planning import Consolidated, Plan, job_gpu_codes
 
 
 @ALLOCATION_POLICIES.register("optimus-greedy")
 class OptimusGreedy(AllocationPolicy):
     name = "optimus-greedy"
+    needs = frozenset({Capability.PREEMPTS, Capability.RESIZES})
+    learned_state = ("_times", "_gains")  # kept when live jobs are added (contract.AllocationPolicy)
     description = (
         "elastic: one GPU each, then GPUs to the largest (t(n)-t(n+1)) x remaining iterations (Optimus)"
     )

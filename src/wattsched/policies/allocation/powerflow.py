@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,15 @@ from ...core.gpus import gpu_model
 from ...core.states import ON, STATUS_DONE, STATUS_DROPPED, STATUS_RUNNING, STATUS_UNSCHEDULABLE
 from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, sm_clock_range
 from ..base import PLACEMENT_POLICIES
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
 from ..planning import Plan, job_gpu_codes
 
 J_PER_KWH = 3.6e6
@@ -75,6 +83,20 @@ class _Budget:
 @ALLOCATION_POLICIES.register("powerflow")
 class PowerFlow(AllocationPolicy):
     name = "powerflow"
+    needs = frozenset({Capability.PREEMPTS, Capability.RESIZES, Capability.SETS_GPU_SETTINGS})
+    learned_state = (
+        "rounds",
+        "rounds_budget_bound",
+        "_plan",
+        "_static_actual_so_far_j",
+        "_static_forecast_so_far_j",
+        "multiplier",
+        "metered",
+        "node_static_w",
+        "floor_kwh",
+        "_last_signature",
+        "_last_left",
+    )  # kept when live jobs are added (contract.AllocationPolicy)
     description = "PowerFlow-reconstructed: GPUs and clocks for shortest mean JCT under an energy budget"
     reconstructed = True
     basis = (
@@ -97,6 +119,11 @@ class PowerFlow(AllocationPolicy):
         self.budget_until_s = budget_until_s
         self.placement_name = placement
         self.placement = PLACEMENT_POLICIES.create(placement)
+
+    def required_capabilities(self, params: Mapping[str, Any]) -> frozenset[Capability]:
+        # A budget is kept against the energy used so far: a meter.
+        budgeted = params.get("energy_budget_kwh") is not None or math.isfinite(self.budget_j)
+        return self.needs | {Capability.METERS_ENERGY} if budgeted else self.needs
 
     def bind(self, ctx: BindContext) -> None:
         budget = ctx.params.get("energy_budget_kwh")
@@ -247,7 +274,7 @@ class PowerFlow(AllocationPolicy):
         """Energy the run may still use (inf without a budget)."""
         if math.isinf(self.budget_j):
             return math.inf
-        return max(self.budget_j - view.energy_used_j(), 0.0)
+        return max(self.budget_j - (view.energy_used_j() or 0.0), 0.0)
 
     def _update_multiplier(self, view: ClusterView) -> None:
         """m = static energy as measured / as forecast, both over the run so far (cumulative, so that one round's
@@ -312,7 +339,7 @@ class PowerFlow(AllocationPolicy):
             now = view.target(j)
             code = int(self.codes[j])
             running_dyn += h * (self.perf.gpu_power_w(j, code, now.setting) - self._idle_w(code))
-        return max(view.power_w() - running_dyn, 0.0)
+        return max((view.power_w() or 0.0) - running_dyn, 0.0)
 
     def _round_budget(self, view: ClusterView, held: dict, left: float, admitted: set, pending) -> _Budget:
         # Every unfinished GPU job not admitted now (queued, or still to arrive) at its least dynamic energy.
@@ -344,12 +371,9 @@ class PowerFlow(AllocationPolicy):
         off, a node's static draw per GPU over the work's least GPU-seconds (one GPU each)."""
         if self.floor_kwh is not None:
             return
-        try:
-            view.power_w()
-        except WattschedError:  # no power meter: no energy accounting, so no budget to keep
-            if not math.isinf(self.budget_j):
-                raise
-            self.metered = False
+        # No power meter: no energy accounting, so no budget to keep (a budget needs meters-energy, checked
+        # at start).
+        self.metered = view.power_w() is not None
         on = max(int(np.count_nonzero(view.power_state == ON)), 1)
         static_now = self._static_w(view, {})
         self.node_static_w = static_now / on

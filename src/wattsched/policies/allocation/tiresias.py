@@ -23,13 +23,18 @@ from typing import Any
 import numpy as np
 
 from ...core.states import STATUS_RUNNING
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision
+from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, Capability, ClusterView, Decision
 from ..planning import Consolidated, Plan
 
 
 @ALLOCATION_POLICIES.register("tiresias")
 class Tiresias(AllocationPolicy):
     name = "tiresias"
+    needs = frozenset({Capability.PREEMPTS})
+    learned_state = (
+        "service_offset",
+        "executed_offset",
+    )  # kept when live jobs are added (contract.AllocationPolicy)
     description = "discretised 2D-LAS with starvation guard, preemptive, consolidated placement (Tiresias)"
     decide_on_arrival = True
     decide_on_completion = True

@@ -19,7 +19,15 @@ import numpy as np
 from ...core.gpus import gpu_model
 from ...core.states import STATUS_DONE
 from ...energy.dvfs import GpuSetting, power_limit_range
-from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, ClusterView, Decision, Target
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
 from ..placement import FirstFit
 from ..planning import Plan, job_gpu_codes
 
@@ -27,6 +35,7 @@ from ..planning import Plan, job_gpu_codes
 @ALLOCATION_POLICIES.register("zeus-pl")
 class ZeusPowerLimit(AllocationPolicy):
     name = "zeus-pl"
+    needs = frozenset({Capability.SETS_GPU_SETTINGS})
     description = "per-job power limit minimising Zeus cost 0.5*E + 0.5*MaxPL*T, profiled just in time (Zeus)"
     needs_models = True
     decide_on_arrival = True
