@@ -212,3 +212,19 @@ def test_a_missing_capability_is_one_clear_line():
         "policy 'eaco' needs GPU sharing (several jobs on one GPU), which the slurm backend does not offer: "
         "Slurm's gres/gpu gives each job whole GPUs"
     )
+
+
+def test_serve_k8s_scheduler_runs_the_full_contract_offline(tmp_path):
+    from typer.testing import CliRunner
+
+    from wattsched.cli.main import app
+
+    base = ["serve", "k8s-scheduler", "--offline", "default", "--allocation", "tiresias", "--power-manager",
+            "idle-timeout", "--max-steps", "3", "--interval", "0.05", "--state-db", str(tmp_path / "db")]  # fmt: skip
+    res = CliRunner().invoke(app, base)
+    assert res.exit_code != 0
+    assert "power manager 'idle-timeout' needs switching nodes off and on" in res.output
+    assert "--power-up-cmd and --power-down-cmd" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, [*base, "--power-up-cmd", "true {node}", "--power-down-cmd", "true {node}"])
+    assert res.exit_code == 0, res.output
+    assert "(tiresias, idle-timeout, full contract)" in " ".join(res.output.split())

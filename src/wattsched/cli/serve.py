@@ -323,6 +323,50 @@ def k8s_extender(
 @serve_app.command("k8s-scheduler")
 def k8s_scheduler(
     placement: Annotated[str, _K8S_OPTIONS["placement"]] = "fgd",
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            help="a queue policy: the full contract (LiveDriver) with --placement, instead of placing pods "
+            "one by one as they come"
+        ),
+    ] = None,
+    allocation: Annotated[
+        str | None, typer.Option(help="an allocation policy (full contract), e.g. tiresias, eaco, cedla")
+    ] = None,
+    round_s: Annotated[float | None, typer.Option(help="allocation policy round (s)")] = None,
+    power_manager: Annotated[
+        str | None,
+        typer.Option(
+            help="a wattsched power manager (idle-timeout, forecast): nodes are cordoned and powered "
+            "through --power-up-cmd / --power-down-cmd"
+        ),
+    ] = None,
+    idle_timeout: Annotated[
+        float, typer.Option(help="idle-timeout: idle seconds before a node goes off", min=1)
+    ] = (600.0),
+    power_up_cmd: Annotated[
+        str | None, typer.Option(help="node power hook, run as an argument list; {node} is the node's name")
+    ] = None,
+    power_down_cmd: Annotated[
+        str | None, typer.Option(help="node power hook for powering down ({node})")
+    ] = None,
+    eviction_grace: Annotated[
+        int,
+        typer.Option(help="seconds a stopped pod gets to save its checkpoint (SIGTERM) before it is killed"),
+    ] = 30,
+    interval: Annotated[
+        float, typer.Option(help="full contract: seconds between observations", min=0.05)
+    ] = 1.0,
+    state_db: Annotated[Path, typer.Option(help="full contract: wattsched's job record (sqlite)")] = Path(
+        "wattsched-k8s.sqlite"
+    ),
+    region: Annotated[str | None, _LIVE_OPTIONS["region"]] = None,
+    year: Annotated[int, _LIVE_OPTIONS["year"]] = 2023,
+    price_csv: Annotated[str | None, _LIVE_OPTIONS["price_csv"]] = None,
+    carbon_csv: Annotated[str | None, _LIVE_OPTIONS["carbon_csv"]] = None,
+    max_steps: Annotated[
+        int | None, typer.Option(help="full contract: stop after this many observations")
+    ] = None,
     scheduler_name: Annotated[str, typer.Option(help="the spec.schedulerName of the pods it places")] = (
         "energy-aware"
     ),
@@ -335,19 +379,53 @@ def k8s_scheduler(
     seed: Annotated[int, _K8S_OPTIONS["seed"]] = 42,
     log_level: Annotated[str, _K8S_OPTIONS["log_level"]] = "INFO",
 ) -> None:
-    """A custom Kubernetes scheduler: binds the pending pods whose spec.schedulerName is --scheduler-name where a
-    wattsched placement policy puts them (docs/live-kubernetes.md)."""
+    """A custom Kubernetes scheduler for the pods whose spec.schedulerName is --scheduler-name. With --queue,
+    --allocation or --power-manager: the full policy contract (the same LiveDriver as serve slurm: start = bind,
+    stop = evict with a checkpoint annotation, power = cordon + the node power hook); with --placement alone: each
+    pod placed as it comes (docs/live-kubernetes.md)."""
     from ..backends.k8s.scheduler import CustomScheduler
 
     with user_errors():
         policy, jobs, api, where = _k8s_common(placement, kubeconfig, offline, workload, seed, log_level)
-        scheduler = CustomScheduler(api, policy, scheduler_name, seed=seed, workload=jobs, post_events=events)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        if queue or allocation or power_manager:
+            _k8s_full_contract(api, where, stop, queue or "fifo", placement, allocation, round_s, power_manager,
+                               idle_timeout, power_up_cmd, power_down_cmd, eviction_grace, interval, state_db,
+                               _live_signals(region, year, price_csv, carbon_csv), scheduler_name, seed,
+                               max_steps)  # fmt: skip
+            return
+        scheduler = CustomScheduler(api, policy, scheduler_name, seed=seed, workload=jobs, post_events=events)
         console.print(f"wattsched k8s-scheduler '{scheduler_name}' ({policy.name}); cluster: {where}",
                       highlight=False)  # fmt: skip
         scheduler.run(stop)
         console.print(
             f"bound {scheduler.stats.bound} pods, {scheduler.stats.conflicts} conflicts", highlight=False
         )
+
+
+def _k8s_full_contract(api, where, stop, queue, placement, allocation, round_s, power_manager, idle_timeout,
+                       power_up_cmd, power_down_cmd, eviction_grace, interval, state_db, signals_for,
+                       scheduler_name, seed, max_steps) -> None:  # fmt: skip
+    from ..backends.driver import LiveDriver
+    from ..backends.k8s.backend import K8sBackend
+    from ..backends.store import JobStore
+    from ..engine.power import PowerStateConfig
+    from ..experiments.config import SimulationConfig
+    from ..experiments.run import build_scheduler
+    from ..policies.power import power_manager_from_config
+
+    cfg = SimulationConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
+    scheduler = build_scheduler(cfg, None)
+    manager = None
+    if power_manager:
+        manager = power_manager_from_config(power_manager, PowerStateConfig(idle_timeout_s=idle_timeout))
+    backend = K8sBackend(api, scheduler_name, power_up_cmd, power_down_cmd, eviction_grace)
+    driver = LiveDriver(backend, scheduler, JobStore(state_db), seed=seed, power_manager=manager,
+                        signals_for=signals_for)  # fmt: skip
+    console.print(f"wattsched k8s-scheduler '{scheduler_name}' ({scheduler.name}"
+                  f"{', ' + manager.name if manager else ''}, full contract) every {interval:g} s; cluster: {where}",
+                  highlight=False)  # fmt: skip
+    driver.run(interval, stop, max_steps)
+    driver.store.close()
