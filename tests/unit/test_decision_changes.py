@@ -229,34 +229,59 @@ def test_no_stall_while_jobs_wait_for_a_long_running_job():
 
 # --- the live mirror tells the same -----------------------------------------------------------------------------
 def test_live_eaco_under_idle_timeout_starts_a_job_once_the_node_booted_for_it_is_on():
+    """EaCO shares GPUs, so it runs live on Kubernetes (Slurm refuses it): its memo must not keep a job waiting
+    beside the node that was booted for it."""
+    from tests.contract_harness import Kubelet
     from wattsched.backends.driver import LiveDriver
-    from wattsched.backends.slurm.backend import SlurmBackend
-    from wattsched.backends.slurm.fake import FakeSlurm
+    from wattsched.backends.k8s.backend import K8sBackend
+    from wattsched.backends.k8s.fake import FakeCoreV1Api, make_node, make_pod
     from wattsched.backends.store import JobStore
     from wattsched.core.states import OFF, ON
     from wattsched.experiments.config import SimulationConfig
     from wattsched.experiments.run import build_scheduler
     from wattsched.policies.power import IdleTimeout
 
-    fake = FakeSlurm.uniform(3, resume_s=5)
-    backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
+    now = [1_700_000_000.0]
+    api = FakeCoreV1Api(nodes=[make_node(f"gpu{i + 1}", 4, cpu="8", memory="16000Mi") for i in range(3)])
+    api.clock = lambda: now[0]
+    booted_at: dict[str, float] = {}
+
+    def hook(argv):  # the node power hook: a node powered up is Ready 5 s later
+        if argv[0] == "up":
+            booted_at[argv[1]] = now[0] + 5
+            api.nodes[argv[1]]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+    backend = K8sBackend(api, power_up_cmd="up {node}", power_down_cmd="down {node}", eviction_grace_s=0,
+                         clock=lambda: now[0], hook_runner=hook)  # fmt: skip
     scheduler = build_scheduler(SimulationConfig(allocation="eaco", round_s=5), None)
     driver = LiveDriver(backend, scheduler, JobStore(":memory:"), power_manager=IdleTimeout(10))
+    kubelet = Kubelet(api, {"late": 8})
 
     def run(seconds: int) -> None:
         for _ in range(seconds):
-            fake.advance(fake.now + 1.0)
+            now[0] += 1.0
+            for name, at in list(booted_at.items()):
+                if now[0] >= at:
+                    api.nodes[name]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+                    del booted_at[name]
+            kubelet.tick(now[0])
             driver.step()
+            kubelet.tick(now[0])
 
     run(15)
     c = driver.cluster
     assert (c.power_state == OFF).all() and c.view.changes.switched_off == 3
-    job = fake.submit(1, duration_s=8, time_limit_min=1)
+    pod = make_pod("late", gpus=1, memory_mib=0)
+    pod["metadata"]["creationTimestamp"] = api.now_text()
+    pod["spec"]["activeDeadlineSeconds"] = 8
+    api.add_pod(pod)
+    submitted = now[0]
     run(12)  # the job arrives, a node boots (5 s), then the policy hears of it and starts the job
     assert (c.power_state == ON).sum() == 1
-    started = fake.jobs[int(job)]
-    assert started.state in ("RUNNING", "COMPLETED")
-    assert started.start_time >= started.submit_time + fake.resume_s
+    started = api.pods["default/late"]
+    assert started["status"]["phase"] in ("Running", "Succeeded")
+    job = c.index["default.late"]
+    assert c.start_s[job] + c.origin >= submitted + 5
     assert not c.view.changes.any  # the decision that started it is the last one: nothing new since
 
 
@@ -277,7 +302,7 @@ def test_live_mirror_counts_a_cancelled_waiting_job_and_a_job_held_again():
     fake = FakeSlurm.uniform(1, gpus=4)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
     driver = LiveDriver(
-        backend, build_scheduler(SimulationConfig(allocation="eaco", round_s=5), None), JobStore(":memory:")
+        backend, build_scheduler(SimulationConfig(allocation="gavel-fifo", round_s=5), None), JobStore(":memory:")
     )
 
     def run(seconds: int) -> None:
