@@ -313,11 +313,15 @@ def run_live(
         fake.keeps_progress = True
         for node in fake.nodes.values():
             node.cpus, node.memory_mb = CPUS, MEMORY_MIB
-        # A job runs at the speed its GPU setting gives it (the node agent applies the setting from the comment),
-        # as the simulator's job model has it.
+        # A job runs at the model's rate for its shape and GPU setting (the node agent applies the setting from
+        # the comment), as the simulator's job model has it.
         jobs, spec = script_jobs(), script_spec()
         perf = PerformanceModel(jobs, spec, job_gpu_load(jobs))
-        fake.speed = lambda job: perf.speed(int(spec.gpu_model_code[0]), decode_setting(job.comment or None))
+        index = {str(name): k for k, name in enumerate(jobs.job_id)}
+        fake.speed = lambda job: perf.solo_rate(
+            index[job.name], int(spec.gpu_model_code[0]), job.gpus_per_node * job.num_nodes, job.num_nodes, 1,
+            decode_setting(job.comment or None),
+        )  # fmt: skip
         backend: Any = SlurmBackend(runner=fake, clock=lambda: fake.now, wakes_nodes_for_jobs=False)
 
         def submit(name: str, gpus: int, duration: int) -> None:

@@ -119,7 +119,8 @@ def _jobs_csv(market, rows: list[str]) -> str:
 def _flat(market, workload: str, **extra) -> SimulationConfig:
     """A flat price: every hour alike (cedla needs a price signal; with this one no hour is cheaper)."""
     rows = ["time,price_usd_per_mwh"] + [
-        (datetime(2023, 1, 1) + timedelta(hours=h)).strftime("%Y-%m-%dT%H:00:00Z") + ",50" for h in range(24 * 366)
+        (datetime(2023, 1, 1) + timedelta(hours=h)).strftime("%Y-%m-%dT%H:00:00Z") + ",50"
+        for h in range(24 * 366)
     ]
     (market / "flat.csv").write_text("\n".join(rows) + "\n")
     return SimulationConfig(

@@ -302,7 +302,9 @@ def test_live_mirror_counts_a_cancelled_waiting_job_and_a_job_held_again():
     fake = FakeSlurm.uniform(1, gpus=4)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
     driver = LiveDriver(
-        backend, build_scheduler(SimulationConfig(allocation="gavel-fifo", round_s=5), None), JobStore(":memory:")
+        backend,
+        build_scheduler(SimulationConfig(allocation="gavel-fifo", round_s=5), None),
+        JobStore(":memory:"),
     )
 
     def run(seconds: int) -> None:

@@ -87,12 +87,12 @@ def test_queue_and_placement_pairs_decide_alike_on_every_backend(queue, placemen
     _compare({"queue": queue, "placement": placement}, kind, tmp_path)
 
 
-# Known divergences, kept visible (strict: the day they agree, this list must shrink). A policy that resizes
-# reads the job's speed at its new GPU count: the simulator's from the performance model, live the mirror's
-# (progress = time run, the same at any GPU count), so its next decision differs. Open in issue 26's note.
+# Known divergences, kept visible (strict: the day they agree, this list must shrink). A move live is a requeue
+# and a new start that waits until the old run is seen gone: one observation (a second here) later than in the
+# simulator, where a move is instant. Policies that resize running jobs every round (optimus-greedy, powerflow) move
+# several jobs a round, so their jobs end a second later each time and their next decisions differ.
 RESIZE_SPEED = pytest.mark.xfail(
-    strict=True,
-    reason="live progress does not scale with a resized job's GPU count (mirror: progress = time run)",
+    strict=True, reason="a live move waits one observation for the old run to end; the simulator's is instant"
 )
 ALLOCATIONS = [
     pytest.param(name, kind, marks=RESIZE_SPEED) if (name, kind) in {("optimus-greedy", "slurm"), ("powerflow", "slurm")}  # noqa: E501

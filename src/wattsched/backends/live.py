@@ -10,7 +10,9 @@ as in the simulator.
 
 What a live cluster cannot know the way the simulator does, and how it is answered here:
 
-* a job's work and speed: from its wall-time limit (the only duration a user gives), progress = time run;
+* a job's work and speed: its work is its wall-time limit (the only duration a user gives), and it progresses at
+  the performance model's rate for what it holds (1 at the shape it asked for; faster or slower when resized,
+  retuned or sharing GPUs, after the model's restart delay when it resumes), as in the simulator;
 * which GPUs of a node a job gets: the cluster manager picks them; the mirror keeps the policy's choice, so the
   count per node is exact and the indices are the policy's own;
 * jobs that arrive later: the job table grows and the scheduler is told (``Scheduler.on_jobs_added``): it keeps
@@ -313,6 +315,9 @@ class LiveCluster:
         self.held_gpus = grown(get("held_gpus"), 0, np.int64)
         self.attained_gpu_s = grown(get("attained_gpu_s"), 0.0, np.float64)
         self.executed_s = grown(get("executed_s"), 0.0, np.float64)
+        self.progress = grown(get("progress"), 0.0, np.float64)  # work done up to `rate_since` (model)
+        self.rate_now = grown(get("rate_now"), 0.0, np.float64)  # the model's rate for what it holds now
+        self.rate_since = grown(get("rate_since"), 0.0, np.float64)  # progress at rate_now from then
 
     def _add_jobs(self, new: list[JobObs]) -> list[int]:
         first = len(self.ids)
@@ -519,13 +524,20 @@ class LiveCluster:
         self.targets[job] = target
         self.status[job] = STATUS_RUNNING
         self.changes.counts[TAKEN] += 1
-        if math.isnan(self.start_s[job]):
+        resumed = not math.isnan(self.start_s[job])
+        if not resumed:
             self.start_s[job] = self.now
         self.hold_since[job] = self.now
         self.held_gpus[job] = target.num_gpus
         nodes = [n for n, *_ in target.placement]
         self.holders[nodes] += 1
         self.idle_since[nodes] = math.inf
+        # Progress resumes after the model's restart delay (none for a first start), as in the simulator.
+        delay = self.view.restart_delay_s(job, target) if resumed else 0.0
+        self.rate_since[job] = self.now + delay
+        self.rate_now[job] = self._model_rate(job, target)
+        if target.share_milli < MILLI:
+            self._rerate(self._sharers(target.placement) - {job})
         if self.power is not None:
             self.power.job_started(job)
 
@@ -534,6 +546,10 @@ class LiveCluster:
         for node, gpus, cpu, mem in target.placement:
             self.state.release(node, gpus, target.share_milli, cpu, mem)
         self.changes.counts[RELEASED] += 1
+        self._settle(job)
+        self.rate_now[job] = 0.0
+        if target.share_milli < MILLI:
+            self._rerate(self._sharers(target.placement))
         held = self.now - self.hold_since[job]
         self.attained_gpu_s[job] += held * self.held_gpus[job]
         self.executed_s[job] += held
@@ -549,6 +565,48 @@ class LiveCluster:
                 if self.power is not None:
                     self.power.node_idle(node)
         return target
+
+    # ----- the job model: progress at the performance model's rate ---------------------------------------------
+    def _model_rate(self, job: int, target: Target) -> float:
+        """Work units per second of `job` on `target`: alone, the model's rate for its GPUs and setting; on shared
+        GPUs, times the sharing model's factor next to its co-runners (the simulator's rule)."""
+        placement = target.placement
+        ngpu = target.num_gpus
+        code = int(self.spec.gpu_model_code[placement[0][0]]) if placement else -1
+        switches = len({int(self.spec.switch_id[n]) for n, *_ in placement}) if len(placement) > 1 else 1
+        rate = self.perf.solo_rate(job, code, ngpu, len(placement) or 1, switches, target.setting)
+        if target.share_milli < MILLI:
+            others = [
+                [k for k in self.targets if k != job and any(
+                    n == node and g in gpus for n, gpus, _, _ in self.targets[k].placement
+                )]
+                for node, gpus_, _, _ in placement for g in gpus_
+            ]  # fmt: skip
+            rate *= self.perf.shared_factor(job, code, others)
+        return float(rate)
+
+    def _sharers(self, placement: Placement) -> set[int]:
+        mine = {(n, g) for n, gpus, _, _ in placement for g in gpus}
+        return {
+            k for k, t in self.targets.items() if t.share_milli < MILLI
+            and any((n, g) in mine for n, gpus, _, _ in t.placement for g in gpus)
+        }  # fmt: skip
+
+    def _settle(self, job: int) -> None:
+        """Fold the progress made since `rate_since` into `progress`."""
+        if self.now > self.rate_since[job]:
+            self.progress[job] += self.rate_now[job] * (self.now - self.rate_since[job])
+            self.rate_since[job] = self.now
+
+    def _rerate(self, jobs: Iterable[int]) -> None:
+        for job in jobs:
+            if job in self.targets:
+                self._settle(job)
+                self.rate_now[job] = self._model_rate(job, self.targets[job])
+
+    def progress_now(self, jobs: np.ndarray) -> np.ndarray:
+        ran = np.maximum(self.now - self.rate_since[jobs], 0.0)
+        return self.progress[jobs] + np.where(self.held_gpus[jobs] > 0, self.rate_now[jobs] * ran, 0.0)
 
     def _finish(self, job: int, changes: Changes) -> None:
         self._release(job)
@@ -732,17 +790,18 @@ class LiveView:
     def previous_placement(self, job: int) -> Placement | None:
         return self._c.last_placement.get(job)
 
-    # Work is measured in seconds of the job's wall-time limit: the only duration a live user states.
+    # Work is the job's wall-time limit in seconds (the only duration a live user states), done at the model's rate.
     def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
-        jobs = np.asarray(jobs, dtype=np.int64)
-        return np.maximum(self._c.jobs.duration_s[jobs] - self.executed_seconds(jobs), 0.0)
+        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
+        return np.maximum(c.perf.work[jobs] - c.progress_now(jobs), 0.0)
 
     def work(self, jobs: np.ndarray) -> np.ndarray:
-        return self._c.jobs.duration_s[np.asarray(jobs, dtype=np.int64)]
+        return self._c.perf.work[np.asarray(jobs, dtype=np.int64)]
 
     def rate(self, jobs: np.ndarray) -> np.ndarray:
-        jobs = np.asarray(jobs, dtype=np.int64)
-        return (self._c.phase[jobs] == PHASE_RUNNING).astype(np.float64)
+        """The model's rate while a job holds GPUs and is not restarting (0 otherwise)."""
+        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
+        return np.where((c.held_gpus[jobs] > 0) & (c.now >= c.rate_since[jobs]), c.rate_now[jobs], 0.0)
 
     def held_gpus(self, jobs: np.ndarray) -> np.ndarray:
         return self._c.held_gpus[np.asarray(jobs, dtype=np.int64)]
@@ -761,9 +820,15 @@ class LiveView:
         return self._c.last_stop[np.asarray(jobs, dtype=np.int64)]
 
     def estimated_end(self, jobs: np.ndarray) -> np.ndarray:
+        """As in the simulator: now + remaining / rate at the present rate (inf while restarting or without a
+        time limit)."""
         c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        known = (c.jobs.duration_s[jobs] > 0) & (c.phase[jobs] == PHASE_RUNNING)
-        return np.where(known, c.now + self.remaining_work(jobs), math.inf)
+        rate = self.rate(jobs)
+        known = (c.jobs.duration_s[jobs] > 0) & (rate > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(
+                known, c.now + self.remaining_work(jobs) / np.where(rate > 0, rate, 1.0), math.inf
+            )
 
     def next_checkpoint_s(self, job: int) -> float:
         """As in the simulator: every checkpoint interval (the job's own, else the run's) from when it began
@@ -927,6 +992,7 @@ class LiveActions:
         old = c.targets[job]
         c.validator.setting(self._by, job, old.placement, setting)
         c.targets[job] = Target(old.placement, old.share_milli, setting)
+        c._rerate([job])
         c.changes.counts[SETTINGS] += 1
         self.apply_setting(job, setting)
 
