@@ -80,7 +80,10 @@ def test_agent_job_command_applies_and_resets_and_never_fails_the_job(monkeypatc
         assert res.exit_code == 0 and "GPU 1: power limit" in res.output
         high = client.gpu_state(0)["power_limit_range_w"][1]
         assert client.gpu_state(0)["power_limit_w"] == pytest.approx(0.5 * high, abs=1)
-        assert runner.invoke(app, ["agent-job", "end", *sock]).exit_code == 0
+        # an old prolog's --port: a notice, and the socket all the same
+        res = runner.invoke(app, ["agent-job", "end", *sock, "--port", "9400"])
+        assert res.exit_code == 0 and "warning: agent-job end 42: --port is no longer used" in res.output
+        assert "GPU 1: reset" in res.output
         assert client.gpu_state(0)["power_limit_w"] == pytest.approx(high, abs=1)
     # no agent listening: reported, exit status 0 (a failing prolog would drain the node)
     res = runner.invoke(

@@ -219,9 +219,8 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         self._body: bytes | None = None
         try:
-            self._body = (
-                self._read_body()
-            )  # always, even when refused: a caller still sending would get EPIPE
+            # read the body always, even for a refusal: closing on a caller still sending would give it EPIPE
+            self._body = self._read_body()
             if method == "GET" and self.path.split("?", 1)[0] == "/metrics":
                 self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
                 return

@@ -9,9 +9,8 @@ import typer
 
 from .common import print_error, user_errors
 
-DEFAULT_SOCKET = (
-    "/run/wattsched/agent.sock"  # = agent.auth.DEFAULT_SOCKET (not imported: the CLI starts fast)
-)
+# = agent.auth.DEFAULT_SOCKET and SOCKET_ENV (not imported here, so that `wattsched --help` stays fast)
+DEFAULT_SOCKET = "/run/wattsched/agent.sock"
 SOCKET_ENV = "WATTSCHED_AGENT_SOCKET"
 
 
@@ -122,12 +121,10 @@ def agent_job_command(
     if phase not in ("start", "end"):
         raise typer.BadParameter(f"phase: start or end, got {phase!r}")
     job = os.environ.get("SLURM_JOB_ID", "?")
-    if (
-        port is not None
-    ):  # an old prolog's --port: carry on over the socket (a failing prolog drains the node)
-        print_error(
-            f"agent-job {phase} {job}: --port is no longer used; changes go through --socket {socket_path}"
-        )
+    # an old prolog's --port: carry on over the socket (a failing prolog drains the node)
+    if port is not None:
+        notice = f"--port is no longer used; changes go through --socket {socket_path}"
+        typer.echo(f"warning: agent-job {phase} {job}: {notice}", err=True)
     try:
         gpus = job_gpus()
         client = AgentClient(socket_path=socket_path)
