@@ -314,3 +314,48 @@ def test_an_allowed_user_changes_settings(throwaway_user: pwd.struct_passwd, how
         assert "GPU 0: power limit 200 W" in output and "error" not in output
         assert _settings(state_file) == [(200_000, None), (200_000, None)]
     assert run.final == [(300_000, None), (300_000, None)]  # restored on SIGTERM
+
+
+@as_root
+def test_an_agent_that_may_not_create_its_socket_says_so_in_one_line(
+    throwaway_user: pwd.struct_passwd,
+) -> None:
+    path = f"/run/wattsched-test-{secrets.token_hex(3)}/agent.sock"  # /run is root's
+
+    def bind() -> None:
+        with socket.socket(socket.AF_UNIX) as sock:
+            bind_private_socket(sock, path, os.getegid())
+
+    answer = as_user(throwaway_user, bind)
+    assert answer["status"] == 403 and not os.path.exists(os.path.dirname(path))
+    assert answer["error"] == (
+        f"cannot create the agent's socket {path}: Permission denied (run the agent as root, or give --socket a "
+        "path in a directory you may write)"
+    )
+
+
+def test_the_agent_cli_refuses_a_bad_socket_or_name_in_one_line(tmp_path: Path) -> None:
+    not_a_socket = tmp_path / "agent.sock"
+    not_a_socket.write_text("")
+    base = ["agent", "--nvml", "fake", "--port", "0"]
+    cases = [
+        (
+            ["--socket", str(not_a_socket)],
+            f"{not_a_socket} exists and is not a socket; remove it or give another",
+        ),
+        (
+            ["--socket", str(tmp_path / "s"), "--allow-user", "no-such-user-x7"],
+            "--allow-user no-such-user-x7: no",
+        ),
+        (
+            ["--socket", str(tmp_path / "s"), "--socket-group", "no-such-group-x7"],
+            "--socket-group no-such-group-x7",
+        ),
+    ]
+    for options, expected in cases:
+        result = CliRunner().invoke(app, [*base, *options])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.output.startswith("error: ") and expected in " ".join(result.output.split()), (
+            result.output
+        )
+    assert not (tmp_path / "s").exists()

@@ -141,7 +141,26 @@ def bind_private_socket(sock: socket.socket, path: str, gid: int, mode: int = SO
     can connect before the permissions are set). Creates a missing parent directory 0755; replaces a stale socket
     nobody answers on; refuses a path where another agent answers or that is not a socket."""
     parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, mode=0o755, exist_ok=True)
+    try:
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+        _bind(sock, path, mode)
+    except PermissionError as exc:
+        raise AgentError(
+            f"cannot create the agent's socket {path}: {exc.strerror} (run the agent as root, or give --socket "
+            "a path in a directory you may write)",
+            403,
+        ) from None
+    try:
+        os.chown(path, -1, gid)
+        os.chmod(path, mode)
+    except OSError as exc:
+        os.unlink(path)
+        raise AgentError(
+            f"cannot give {path} group {group_name(gid)} and mode {mode:o}: {exc.strerror}", 403
+        ) from None
+
+
+def _bind(sock: socket.socket, path: str, mode: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise AgentError(f"{path} exists and is not a socket; remove it or give another --socket", 400)
@@ -159,14 +178,6 @@ def bind_private_socket(sock: socket.socket, path: str, gid: int, mode: int = SO
         sock.bind(path)
     finally:
         os.umask(previous)
-    try:
-        os.chown(path, -1, gid)
-        os.chmod(path, mode)
-    except OSError as exc:
-        os.unlink(path)
-        raise AgentError(
-            f"cannot give {path} group {group_name(gid)} and mode {mode:o}: {exc.strerror}", 403
-        ) from None
 
 
 def socket_summary(path: str) -> str:
