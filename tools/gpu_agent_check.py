@@ -12,8 +12,9 @@ exit) stays tested on the fake NVML only (tests/unit/test_agent.py).
    over two seconds on Volta and newer).
 2. The server as the CLI runs it (`serve_until_stopped`) in a child process, stopped with SIGTERM: it must exit 0
    and report nothing to restore, and the GPUs' power limits must be the same as before.
-3. A request outside the supported range is refused (HTTP 400) with the range in the message, before NVML is
-   called (so nothing changes).
+3. A request outside the supported range, over the agent's Unix socket (the only way in for changes), is refused
+   (HTTP 400) with the range in the message, before NVML is called (so nothing changes); the same request over
+   TCP is refused (HTTP 403) before it is even read as a change.
 
 Writes OUT/gpu_agent_check.json and prints a summary; exits 1 if a check fails.
 """
@@ -27,6 +28,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -38,16 +40,16 @@ from prometheus_client.parser import text_string_to_metric_families
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
-from wattsched.agent.client import AgentClient  # noqa: E402
+from wattsched.agent.client import AgentClient, AgentRequestError  # noqa: E402
 from wattsched.agent.nvml import load_nvml  # noqa: E402
-from wattsched.agent.server import AgentHttpServer, GpuAgent  # noqa: E402
+from wattsched.agent.server import AgentHttpServer, AgentSocketServer, GpuAgent  # noqa: E402
 
 CHILD = """
 import sys
 sys.path.insert(0, {src!r})
 from wattsched.agent.nvml import load_nvml
 from wattsched.agent.server import AgentHttpServer, GpuAgent, serve_until_stopped
-server = AgentHttpServer(GpuAgent(load_nvml({kind!r})), "127.0.0.1", 0)
+server = AgentHttpServer(GpuAgent(load_nvml({kind!r})), "127.0.0.1", 0, write_socket=None)
 print(server.port, flush=True)
 failures = serve_until_stopped(server)
 print("restore failures:", failures, flush=True)
@@ -92,10 +94,14 @@ def main() -> int:
     )
     before = limits_w(agent)
 
-    server = AgentHttpServer(agent, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    client = AgentClient("127.0.0.1", server.port)
+    socket_dir = tempfile.mkdtemp(prefix="wattsched-agent-check-")
+    socket_path = os.path.join(socket_dir, "agent.sock")
+    server = AgentHttpServer(agent, "127.0.0.1", 0, write_socket=socket_path)
+    socket_server = AgentSocketServer(agent, socket_path)
+    for each in (server, socket_server):
+        threading.Thread(target=each.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    client = AgentClient("127.0.0.1", server.port)  # reads over TCP
+    writer = AgentClient(socket_path=socket_path)  # changes over the socket
     try:
         first = samples(client.metrics())
         time.sleep(2.0)
@@ -133,9 +139,15 @@ def main() -> int:
                     0 < rise_j < 2000 * 3,
                     f"+{rise_j:.1f} J in ~2 s (power {power:.0f} W)",
                 )
-            # out of range: refused before NVML is called
+            # over TCP: refused as a change, whatever the value
             try:
                 client.set_power_limit(device.index, high + 100.0)
+                check(checks, f"gpu{gpu} change over TCP refused", False, "accepted")
+            except AgentRequestError as exc:
+                check(checks, f"gpu{gpu} change over TCP refused", exc.status == 403, str(exc)[:160])
+            # out of range: refused before NVML is called
+            try:
+                writer.set_power_limit(device.index, high + 100.0)
                 check(checks, f"gpu{gpu} out-of-range refused", False, "accepted")
             except Exception as exc:  # the client raises with the agent's message
                 check(
@@ -148,8 +160,10 @@ def main() -> int:
         report["metric_names"] = present
         check(checks, "DCGM names served", len(present) >= 8, ", ".join(present))
     finally:
-        server.shutdown()
-        server.server_close()
+        for each in (server, socket_server):
+            each.shutdown()
+            each.server_close()
+        os.rmdir(socket_dir)
     restored = agent.close()
     check(checks, "nothing to restore after reads", restored == [], str(restored))
     check(checks, "power limits unchanged", limits_w(GpuAgent(load_nvml(args.nvml))) == before, f"{before} W")

@@ -1,7 +1,8 @@
 """A job's GPU setting through the testbed's real Prolog/Epilog: scheduler comment -> `wattsched agent-job` -> agent.
 
-The node agent runs with the fake NVML (4 GPUs, a state file); the job prolog and epilog of the local Slurm call
-it once ``LocalSlurm.set_agent_port`` is on (docs/live-slurm.md §2.3). Each test leaves the testbed as it found it:
+The node agent runs with the fake NVML (4 GPUs, a state file); the job prolog and epilog of the local Slurm (run as
+root, as slurmd runs them) call it over its Unix socket once ``LocalSlurm.set_agent_socket`` is on (docs/live-slurm.md
+§2.3). Each test leaves the testbed as it found it:
 no jobs, nodes idle, the hook off.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,18 +38,20 @@ def hook(local_slurm: LocalSlurm) -> Iterator[LocalSlurm]:
     try:
         yield local_slurm
     finally:
-        local_slurm.set_agent_port(None)
+        local_slurm.set_agent_socket(None)
         local_slurm.cancel_all()
         local_slurm.wait_idle(timeout=30)
 
 
 @pytest.fixture
 def agent(hook: LocalSlurm) -> Iterator[tuple[AgentClient, Path]]:
-    """`wattsched agent --nvml fake` on a free localhost port, and the job hook pointed at it."""
+    """`wattsched agent --nvml fake` on a free localhost port and its own socket, and the job hook pointed at it."""
     with tempfile.TemporaryDirectory(prefix="wattsched-agent-") as tmp:
         state_file = Path(tmp) / "fake-nvml.json"
+        socket_path = str(Path(tmp) / "agent.sock")
         env = {**os.environ, fake_nvml.STATE_FILE_ENV: str(state_file), fake_nvml.GPU_COUNT_ENV: str(GPUS)}
-        command = [sys.executable, "-m", "wattsched.cli.main", "agent", "--nvml", "fake", "--port", "0"]
+        command = [sys.executable, "-m", "wattsched.cli.main", "agent", "--nvml", "fake", "--port", "0",
+                   "--socket", socket_path]  # fmt: skip
         process = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
@@ -60,10 +62,13 @@ def agent(hook: LocalSlurm) -> Iterator[tuple[AgentClient, Path]]:
             line = process.stdout.readline()
             assert "via fake NVML at http://127.0.0.1:" in line, line
             port = int(line.split("http://127.0.0.1:", 1)[1].split(" ", 1)[0])
-            hook.set_agent_port(port)
-            yield AgentClient("127.0.0.1", port), state_file
+            assert (
+                f"changes only on {socket_path} (srw-rw---- root:root) from root" in process.stdout.readline()
+            )
+            hook.set_agent_socket(socket_path)
+            yield AgentClient("127.0.0.1", port, socket_path=socket_path), state_file
         finally:
-            hook.set_agent_port(None)
+            hook.set_agent_socket(None)
             process.terminate()
             process.communicate(timeout=15)
 
@@ -131,12 +136,10 @@ def test_prolog_applies_the_jobs_setting_on_its_gpus_only_and_epilog_resets(
     assert windows[tuned]["window_s"] >= 3 and windows[tuned]["energy_j"] > 0  # the job sleeps 3 s
 
 
-def test_a_job_runs_and_completes_when_the_agent_is_down(hook: LocalSlurm) -> None:
+def test_a_job_runs_and_completes_when_the_agent_is_down(hook: LocalSlurm, tmp_path: Path) -> None:
     slurm = hook
-    with socket.socket() as sock:  # a port nothing listens on: the agent is down
-        sock.bind(("127.0.0.1", 0))
-        dead_port = sock.getsockname()[1]
-    slurm.set_agent_port(dead_port)
+    dead = tmp_path / "agent.sock"  # no agent: no socket
+    slurm.set_agent_socket(dead)
     job_id = sbatch(slurm, "--hold", "--gres=gpu:a100:2", "--comment", "wattsched-gpu:power_limit_fraction=0.6",
                     "--wrap", "echo ran")  # fmt: skip
     with cancelled_after(slurm, job_id):
@@ -146,5 +149,5 @@ def test_a_job_runs_and_completes_when_the_agent_is_down(hook: LocalSlurm) -> No
         assert done["job_state"] == "COMPLETED" and output(slurm, job_id).strip() == "ran"
         slurm.wait_idle(["gpu1"], timeout=20)  # not drained by a failed prolog
     log = hook_log(slurm, job_id)
-    assert f"error: agent-job start {job_id}: agent at http://127.0.0.1:{dead_port} unreachable" in log, log
+    assert f"error: agent-job start {job_id}: agent at {dead} unreachable: no such socket" in log, log
     assert f"error: agent-job end {job_id}:" in log

@@ -1,4 +1,5 @@
-"""The node agent (wattsched.agent) on the fake NVML: DCGM metrics, the localhost API, errors, restoration.
+"""The node agent (wattsched.agent) on the fake NVML: DCGM metrics, the API (reads over TCP, changes over its Unix
+socket), errors, restoration. Who may change is tested in test_agent_auth.py.
 
 One test reads real GPUs through pynvml and skips where ``nvmlInit`` fails (no driver, no GPU).
 """
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -26,9 +28,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from wattsched.agent import fake_nvml
-from wattsched.agent.client import AgentClient, AgentRequestError
+from wattsched.agent.auth import WriteAccess
+from wattsched.agent.client import AgentClient, AgentRequestError, _UnixHTTPConnection
 from wattsched.agent.fake_nvml import FakeNvml, read_state_file
-from wattsched.agent.server import DCGM_METRICS, LABELS, AgentHttpServer, GpuAgent, _is_loopback
+from wattsched.agent.server import (
+    DCGM_METRICS,
+    LABELS,
+    AgentHttpServer,
+    AgentSocketServer,
+    GpuAgent,
+)
 from wattsched.cli.agent import agent_command
 from wattsched.cli.main import app
 
@@ -42,17 +51,27 @@ class ManualClock:
 
 
 @contextlib.contextmanager
-def running_agent(nvml: FakeNvml, host: str = "127.0.0.1") -> Iterator[tuple[AgentClient, GpuAgent]]:
+def running_agent(
+    nvml: FakeNvml, host: str = "127.0.0.1", access: WriteAccess | None = None
+) -> Iterator[tuple[AgentClient, GpuAgent]]:
+    """The agent on a free TCP port and on a Unix socket in a fresh directory (0755, as /run/wattsched). The client
+    talks over the socket (``client.socket_path``); ``client.base_url`` is the TCP address (reads only)."""
     agent = GpuAgent(nvml, hostname="node7")
-    server = AgentHttpServer(agent, host, 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+    directory = tempfile.mkdtemp(prefix="wattsched-agent-")
+    os.chmod(directory, 0o755)
+    path = os.path.join(directory, "agent.sock")
+    servers = [AgentHttpServer(agent, host, 0, write_socket=path)]
+    servers.append(AgentSocketServer(agent, path, access))
+    for server in servers:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        yield AgentClient("127.0.0.1", server.port), agent
+        yield AgentClient("127.0.0.1", servers[0].port, socket_path=path), agent
     finally:
-        server.shutdown()
-        server.server_close()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
         agent.close()
+        os.rmdir(directory)  # the socket server removed its socket
 
 
 def samples_by_name(text: str) -> dict[str, dict[str, float]]:
@@ -190,8 +209,19 @@ def test_nvml_permission_and_support_errors_become_clear_answers() -> None:
         assert "NVML_ERROR_NOT_SUPPORTED" in str(unsupported.value)
 
 
-def _raw(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
+def _raw(client: AgentClient, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+    """One request over the agent's socket, answered whatever its status."""
+    connection = _UnixHTTPConnection(str(client.socket_path), 5)
+    try:
+        connection.request(method, path, body=body)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def _raw_tcp(client: AgentClient, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(client.base_url + path, data=body, method=method)
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, json.loads(response.read())
@@ -201,7 +231,6 @@ def _raw(port: int, method: str, path: str, body: bytes | None = None) -> tuple[
 
 def test_malformed_requests_get_json_errors() -> None:
     with running_agent(FakeNvml(gpu_count=1)) as (client, _agent):
-        port = int(client.base_url.rsplit(":", 1)[1])
         cases = [
             ("POST", "/gpus/0/power-limit", b"{not json", 400, "not JSON"),
             ("POST", "/gpus/0/power-limit", b'{"watt": 200}', 400, "needs a number 'watts'"),
@@ -212,7 +241,7 @@ def test_malformed_requests_get_json_errors() -> None:
             ("POST", "/gpus", b"{}", 405, "not allowed"),
         ]
         for method, path, body, status, text in cases:
-            got_status, payload = _raw(port, method, path, body)
+            got_status, payload = _raw(client, method, path, body)
             assert (got_status, text in payload["error"]) == (status, True), (path, payload)
 
 
@@ -228,7 +257,7 @@ def test_close_restores_everything_and_refuses_later_changes() -> None:
         assert refused.value.status == 503
 
 
-# -- localhost only --------------------------------------------------------------------------------------------
+# -- reads over TCP, changes over the socket only ---------------------------------------------------------------
 
 
 def test_binds_localhost_by_default() -> None:
@@ -242,9 +271,28 @@ def test_binds_localhost_by_default() -> None:
     assert inspect.signature(agent_command).parameters["host"].default == "127.0.0.1"
 
 
-def test_loopback_check() -> None:
-    assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("::ffff:127.0.0.1")
-    assert not _is_loopback("10.1.2.3") and not _is_loopback("192.168.0.7") and not _is_loopback("")
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/gpus/0/power-limit", b'{"watts": 200}'),
+        ("POST", "/gpus/0/locked-clocks", b'{"min_mhz": 900, "max_mhz": 1200}'),
+        ("DELETE", "/gpus/0", None),
+        ("DELETE", "/gpus/0/power-limit", None),
+        ("POST", "/jobs/5/start", b'{"gpus": [0]}'),
+        ("POST", "/jobs/5/end", b"{}"),
+    ],
+)
+def test_every_change_over_tcp_is_refused_and_names_the_socket(
+    method: str, path: str, body: bytes | None
+) -> None:
+    nvml = FakeNvml(gpu_count=1)
+    with running_agent(nvml) as (client, agent):
+        status, payload = _raw_tcp(client, method, path, body)
+        assert status == 403, payload
+        assert f"{method} {path} refused" in payload["error"] and str(client.socket_path) in payload["error"]
+        assert _raw_tcp(client, "GET", "/gpus/0")[0] == 200  # reads are fine
+        assert agent.jobs.job_gpus == {} and agent.changed == {}
+    assert nvml.calls == []
 
 
 def _own_non_loopback_address() -> str | None:
@@ -254,10 +302,10 @@ def _own_non_loopback_address() -> str | None:
             address = probe.getsockname()[0]
         except OSError:
             return None
-    return None if _is_loopback(address) or address == "0.0.0.0" else address
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
 
 
-def test_changes_from_other_hosts_are_refused_even_when_bound_wide() -> None:
+def test_other_hosts_read_but_cannot_change_when_bound_wide() -> None:
     address = _own_non_loopback_address()
     if address is None:
         pytest.skip("no non-loopback address on this machine")
@@ -267,7 +315,7 @@ def test_changes_from_other_hosts_are_refused_even_when_bound_wide() -> None:
         assert "DCGM_FI_DEV_POWER_USAGE" in remote.metrics()  # reads are fine
         with pytest.raises(AgentRequestError) as refused:
             remote.set_power_limit(0, 200)
-        assert refused.value.status == 403 and "localhost only" in str(refused.value)
+        assert refused.value.status == 403 and "only over the agent's Unix socket" in str(refused.value)
         assert local.set_power_limit(0, 200)["power_limit_w"] == 200.0
     assert nvml.gpus[0].power_limit_mw == 400_000  # restored when the agent closed
 
@@ -279,16 +327,37 @@ def test_unreachable_agent_is_a_clear_error() -> None:
     with pytest.raises(AgentRequestError, match="unreachable") as failed:
         AgentClient("127.0.0.1", port, timeout_s=2).state()
     assert failed.value.status is None
+    with tempfile.TemporaryDirectory() as tmp:
+        missing = os.path.join(tmp, "agent.sock")
+        with pytest.raises(AgentRequestError) as failed:
+            AgentClient(socket_path=missing, timeout_s=2).set_power_limit(0, 200)
+        assert failed.value.status is None
+        assert (
+            str(failed.value)
+            == f"agent at {missing} unreachable: no such socket (is `wattsched agent` running?)"
+        )
+        with socket.socket(socket.AF_UNIX) as stale:  # a socket file nobody listens on
+            stale.bind(missing)
+            with pytest.raises(AgentRequestError, match="unreachable: connection refused"):
+                AgentClient(socket_path=missing, timeout_s=2).reset(0)
 
 
 # -- the CLI process: restoration on SIGTERM and SIGINT -------------------------------------------------------
 
 
-def _start_agent_process(state_file: Path) -> tuple[subprocess.Popen[str], int]:
+def _start_agent_process(state_file: Path, *options: str) -> tuple[subprocess.Popen[str], int, str]:
+    """`wattsched agent --nvml fake --port 0` with its socket beside `state_file` (unless `options` name one); the
+    process, its TCP port and its second line (the socket, its mode and who may change)."""
     env = {**os.environ, fake_nvml.STATE_FILE_ENV: str(state_file), fake_nvml.GPU_COUNT_ENV: "2"}
     command = [sys.executable, "-c", "from wattsched.cli.main import app; app()", "agent", "--nvml", "fake"]
+    if "--socket" not in options:
+        options = ("--socket", str(state_file.parent / "agent.sock"), *options)
     process = subprocess.Popen(
-        [*command, "--port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*command, "--port", "0", *options],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
@@ -297,7 +366,7 @@ def _start_agent_process(state_file: Path) -> tuple[subprocess.Popen[str], int]:
             pytest.fail("the agent did not start within 15 s")
     line = process.stdout.readline()
     assert "via fake NVML at http://127.0.0.1:" in line, line + process.stderr.read()
-    return process, int(line.split("http://127.0.0.1:", 1)[1].split(" ", 1)[0])
+    return process, int(line.split("http://127.0.0.1:", 1)[1].split(" ", 1)[0]), process.stdout.readline()
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
@@ -305,9 +374,9 @@ def test_agent_process_restores_settings_on_signal(tmp_path: Path, stop_signal: 
     state_file = tmp_path / "fake-nvml.json"
     preset = {"gpus": [{"power_limit_mw": 300_000, "locked_clocks_mhz": None}] * 2, "deny_set": False}
     state_file.write_text(json.dumps(preset))
-    process, port = _start_agent_process(state_file)
+    process, _port, socket_line = _start_agent_process(state_file)
     try:
-        client = AgentClient("127.0.0.1", port)
+        client = AgentClient(socket_path=str(tmp_path / "agent.sock"))
         client.set_power_limit(0, 200)
         client.lock_clocks(1, 900, 1200)
         during = read_state_file(state_file)["gpus"]
@@ -320,6 +389,8 @@ def test_agent_process_restores_settings_on_signal(tmp_path: Path, stop_signal: 
             process.communicate()
     assert process.returncode == 0, err
     assert "GPU settings restored" in out and "Traceback" not in err
+    assert f"changes only on {tmp_path / 'agent.sock'} (srw-rw----" in socket_line
+    assert not (tmp_path / "agent.sock").exists()  # removed on the way out
     after = read_state_file(state_file)["gpus"]
     assert [gpu["power_limit_mw"] for gpu in after] == [300_000, 300_000]
     assert [gpu["locked_clocks_mhz"] for gpu in after] == [None, None]

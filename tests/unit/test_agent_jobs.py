@@ -71,18 +71,26 @@ def test_the_scheduler_writes_the_setting_on_the_job_before_letting_it_go():
 def test_agent_job_command_applies_and_resets_and_never_fails_the_job(monkeypatch):
     runner = CliRunner()
     with running_agent(FakeNvml()) as (client, _agent):
-        port = client.base_url.rsplit(":", 1)[1]
         monkeypatch.setenv("SLURM_JOB_ID", "42")
         monkeypatch.setenv("SLURM_JOB_GPUS", "0,1")
-        args = ["agent-job", "start", "--port", port, "--comment", "wattsched-gpu:power_limit_fraction=0.5"]
-        res = runner.invoke(app, args)
+        sock = ["--socket", client.socket_path]
+        res = runner.invoke(
+            app, ["agent-job", "start", *sock, "--comment", "wattsched-gpu:power_limit_fraction=0.5"]
+        )
         assert res.exit_code == 0 and "GPU 1: power limit" in res.output
         high = client.gpu_state(0)["power_limit_range_w"][1]
         assert client.gpu_state(0)["power_limit_w"] == pytest.approx(0.5 * high, abs=1)
-        assert runner.invoke(app, ["agent-job", "end", "--port", port]).exit_code == 0
+        # an old prolog's --port: a notice, and the socket all the same
+        res = runner.invoke(app, ["agent-job", "end", *sock, "--port", "9400"])
+        assert res.exit_code == 0 and "warning: agent-job end 42: --port is no longer used" in res.output
+        assert "GPU 1: reset" in res.output
         assert client.gpu_state(0)["power_limit_w"] == pytest.approx(high, abs=1)
     # no agent listening: reported, exit status 0 (a failing prolog would drain the node)
     res = runner.invoke(
-        app, ["agent-job", "start", "--port", port, "--comment", "wattsched-gpu:sm_clock_fraction=0.5"]
+        app, ["agent-job", "start", *sock, "--comment", "wattsched-gpu:sm_clock_fraction=0.5"]
     )
-    assert res.exit_code == 0 and "agent-job start 42" in res.output
+    assert (
+        res.exit_code == 0
+        and "agent-job start 42" in res.output
+        and "unreachable: no such socket" in res.output
+    )

@@ -127,18 +127,20 @@ def test_window_rows_name_the_set_and_carry_the_gpu_figures() -> None:
 
 def test_agent_job_hooks_reach_the_agent_over_http(monkeypatch: pytest.MonkeyPatch) -> None:
     with running_agent(FakeNvml()) as (client, agent):
-        port = client.base_url.rsplit(":", 1)[1]
         monkeypatch.setenv("SLURM_JOB_ID", "77")
         monkeypatch.setenv("SLURM_JOB_GPUS", "1")
         monkeypatch.setenv("SLURM_JOB_NAME", "vgg16-64")
-        start = CliRunner().invoke(app, ["agent-job", "start", "--port", port, "--comment", ""])
+        start = CliRunner().invoke(
+            app, ["agent-job", "start", "--socket", client.socket_path, "--comment", ""]
+        )
         assert start.exit_code == 0 and "measuring GPUs 1" in start.output
         assert agent.jobs.job_gpus == {"77": (1,)}
-        end = CliRunner().invoke(app, ["agent-job", "end", "--port", port])
+        end = CliRunner().invoke(app, ["agent-job", "end", "--socket", client.socket_path])
         assert end.exit_code == 0 and "measurement closed" in end.output
         (window,) = client.windows(0)["windows"]
         assert window["jobs"] == [{"job_id": "77", "name": "vgg16-64"}] and window["gpus"] == [1]
-        again = CliRunner().invoke(app, ["agent-job", "end", "--port", port])  # unknown now: printed, exit 0
+        # unknown now: printed, exit 0
+        again = CliRunner().invoke(app, ["agent-job", "end", "--socket", client.socket_path])
         assert again.exit_code == 0 and "not being measured" in again.output
 
 

@@ -1,11 +1,13 @@
 """A job's GPU setting, from the scheduler to the node agent (docs/agent.md §7, docs/live-slurm.md §1).
 
-Slurm stores ``--gpu-freq`` but does not apply it without its NVML plugin, and the agent takes changes from
-localhost only. So the scheduler writes the setting a policy chose into the job's comment before it lets the job go
+Slurm stores ``--gpu-freq`` but does not apply it without its NVML plugin, and the agent takes changes only on its
+node's Unix socket from root and the users it allows (auth.py). So the scheduler writes the setting a policy chose
+into the job's comment before it lets the job go
 (``scontrol update jobid=N comment=wattsched-gpu:power_limit_fraction=0.6``), and on each node the job's prolog
-(``wattsched agent-job start``) reads it and asks the local agent to apply it to the job's GPUs; the epilog
-(``wattsched agent-job end``) resets them. Fractions are of the GPU's own range as the agent reports it: a power
-limit of f x the maximum limit, or the SM clock locked at most at f x the highest supported clock.
+(``wattsched agent-job start``, run as root by slurmd) reads it and asks the local agent to apply it to the job's
+GPUs; the epilog (``wattsched agent-job end``) resets them. Fractions are of the GPU's own range as the agent
+reports it: a power limit of f x the maximum limit, or the SM clock locked at most at f x the highest supported
+clock.
 """
 
 from __future__ import annotations

@@ -3,20 +3,23 @@
 Endpoints (docs/agent.md): ``GET /metrics``, ``GET /gpus``, ``GET /gpus/<i>``, ``POST /gpus/<i>/power-limit``
 ``{"watts": W}``, ``POST /gpus/<i>/locked-clocks`` ``{"min_mhz": a, "max_mhz": b}``, ``DELETE`` on either to
 reset it, and ``DELETE /gpus/<i>`` to reset both; the job hooks ``POST /jobs/<id>/start`` ``{"gpus": [...]}``
-and ``POST /jobs/<id>/end``, and ``GET /windows?after=N`` for their measurements (jobmeter.py). The agent binds
-127.0.0.1 by default and answers changes only from loopback peers even when bound wider. Every setting it
+and ``POST /jobs/<id>/end``, and ``GET /windows?after=N`` for their measurements (jobmeter.py). Reads are served
+over TCP (127.0.0.1 by default) to anyone; changes (``POST``, ``DELETE``) only over the agent's Unix socket, to
+the peers its ``WriteAccess`` allows by their kernel credentials (auth.py, docs/agent.md §3). Every setting it
 changes is restored (the power limit to its value before the agent's first change, locked clocks reset) on
 ``close()``, which ``serve_until_stopped`` calls on normal exit, SIGTERM and SIGINT.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import math
+import os
 import re
 import socket
+import socketserver
+import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 # GpuAgent and ChangedSettings live in control.py (the profiler shares them) and are still importable from here.
+from .auth import DEFAULT_SOCKET, PeerCredentials, WriteAccess, bind_private_socket, peer_credentials
 from .control import ChangedSettings, GpuAgent, StopRequested, stop_signals  # noqa: F401
 from .nvml import AgentError, GpuDevice
 
@@ -89,16 +93,6 @@ class DcgmCollector:
             yield family
 
 
-def _is_loopback(address: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
-
-
 def _after(query: str) -> int:
     for part in query.split("&"):
         key, _, value = part.partition("=")
@@ -123,13 +117,27 @@ def _whole_number(body: dict[str, Any], key: str, kind: str) -> int:
     return int(value)
 
 
+def _metrics_registry(agent: GpuAgent) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DcgmCollector(agent))
+    return registry
+
+
 class AgentHttpServer(ThreadingHTTPServer):
+    """The agent over TCP: everything readable by anyone, every change refused (403) with the socket to use."""
+
     daemon_threads = True
 
-    def __init__(self, agent: GpuAgent, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
+    def __init__(
+        self,
+        agent: GpuAgent,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        write_socket: str | None = DEFAULT_SOCKET,
+    ):
         self.agent = agent
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(DcgmCollector(agent))
+        self.registry = _metrics_registry(agent)
+        self.write_socket = write_socket
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), AgentRequestHandler)
@@ -138,9 +146,62 @@ class AgentHttpServer(ThreadingHTTPServer):
     def port(self) -> int:
         return int(self.server_address[1])
 
+    def authorise(self, handler: AgentRequestHandler, action: str) -> None:
+        where = f" {self.write_socket}" if self.write_socket else ""
+        logger.warning("refused %s from %s over TCP", action, handler.address_string())
+        raise AgentError(
+            f"{action} refused: GPU settings are changed only over the agent's Unix socket{where}, "
+            "not over TCP (docs/agent.md §3)",
+            403,
+        )
+
+
+class AgentSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The agent on its Unix socket (mode 0660, owned by the agent's user and `group`): the same API, and changes
+    from the peers `access` allows by their kernel credentials (``SO_PEERCRED``)."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        agent: GpuAgent,
+        path: str = DEFAULT_SOCKET,
+        access: WriteAccess | None = None,
+        group: int | None = None,
+    ):
+        self.agent = agent
+        self.registry = _metrics_registry(agent)
+        self.access = WriteAccess.from_names() if access is None else access
+        self.group = os.getegid() if group is None else group
+        self.path = os.path.abspath(path)
+        self._inode: int | None = None
+        super().__init__(self.path, AgentSocketRequestHandler)
+
+    def server_bind(self) -> None:
+        bind_private_socket(self.socket, self.path, self.group)
+        self._inode = os.stat(self.path).st_ino
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self._inode is not None:  # remove the socket file, unless another agent has replaced it since
+            try:
+                if os.stat(self.path).st_ino == self._inode:
+                    os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self._inode = None
+
+    def authorise(self, handler: AgentSocketRequestHandler, action: str) -> None:
+        try:
+            self.access.check(handler.peer, action)
+        except AgentError:
+            logger.warning("refused %s from %s", action, handler.peer.describe())
+            raise
+        logger.info("%s by %s", action, handler.peer.describe())
+
 
 class AgentRequestHandler(BaseHTTPRequestHandler):
-    server: AgentHttpServer
+    server: AgentHttpServer | AgentSocketServer
     server_version = "wattsched-agent"
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -156,7 +217,10 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         self._handle("DELETE")
 
     def _handle(self, method: str) -> None:
+        self._body: bytes | None = None
         try:
+            # read the body always, even for a refusal: closing on a caller still sending would give it EPIPE
+            self._body = self._read_body()
             if method == "GET" and self.path.split("?", 1)[0] == "/metrics":
                 self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
                 return
@@ -179,10 +243,7 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         if job is not None:
             if method != "POST":
                 raise AgentError(f"{method} {path} is not allowed; use POST", 405)
-            if not _is_loopback(self.client_address[0]):
-                raise AgentError(
-                    f"job hooks are accepted from localhost only, not {self.client_address[0]}", 403
-                )
+            self.server.authorise(self, f"{method} {path}")
             if job.group(2) == "end":
                 return 200, agent.jobs.end(job.group(1))
             body = self._json_body()
@@ -206,10 +267,7 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             if setting is not None:
                 raise AgentError(f"GET {path} is not allowed; GET /gpus/{index} shows the settings", 405)
             return 200, agent.gpu_state(index)
-        if not _is_loopback(self.client_address[0]):
-            raise AgentError(
-                f"changes are accepted from localhost only, not from {self.client_address[0]}", 403
-            )
+        self.server.authorise(self, f"{method} {path}")
         if method == "DELETE":
             if setting == "power-limit":
                 return 200, agent.reset_power_limit(index)
@@ -225,16 +283,18 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         max_mhz = _whole_number(body, "max_mhz", "locked-clocks")
         return 200, agent.lock_clocks(index, min_mhz, max_mhz)
 
-    def _json_body(self) -> dict[str, Any]:
+    def _read_body(self) -> bytes:
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             raise AgentError("bad Content-Length header", 400) from None
         if length > MAX_BODY_BYTES:
             raise AgentError(f"request body over {MAX_BODY_BYTES} bytes", 413)
-        raw = self.rfile.read(length) if length > 0 else b""
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _json_body(self) -> dict[str, Any]:
         try:
-            body = json.loads(raw or b"{}")
+            body = json.loads(self._body or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise AgentError(f"request body is not JSON: {exc}", 400) from None
         if not isinstance(body, dict):
@@ -249,16 +309,41 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def serve_until_stopped(server: AgentHttpServer) -> list[str]:
-    """Serve until SIGTERM, SIGINT or an error; then restore the GPU settings. Returns what failed to restore."""
+class AgentSocketRequestHandler(AgentRequestHandler):
+    """A connection on the Unix socket: the peer's credentials are read once, as it connects."""
+
+    server: AgentSocketServer
+    peer: PeerCredentials
+
+    def setup(self) -> None:
+        super().setup()
+        self.peer = peer_credentials(self.request)
+
+    def address_string(self) -> str:
+        return self.peer.describe()
+
+
+def serve_until_stopped(server: AgentHttpServer, *others: AgentSocketServer) -> list[str]:
+    """Serve `server` (in this thread) and `others` (in threads) until SIGTERM, SIGINT or an error; then close them
+    all and restore the GPU settings. Returns what failed to restore."""
+    threads = [
+        threading.Thread(target=other.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        for other in others
+    ]
     with stop_signals() as hold_signals:
         try:
+            for thread in threads:
+                thread.start()
             server.serve_forever(poll_interval=0.2)
         except StopRequested as stop:
             logger.info("%s received: restoring GPU settings", stop)
         finally:
             hold_signals()
             try:
+                for other, thread in zip(others, threads, strict=True):
+                    if thread.is_alive():
+                        other.shutdown()
+                    other.server_close()
                 server.server_close()
             finally:
                 failures = server.agent.close()

@@ -43,7 +43,7 @@ from ...core.errors import WattschedError
 MARKER = "WATTSCHED_SLURM_TESTBED"  # set in every testbed process's environment; its value is the base dir
 BINARIES = ("slurmctld", "slurmd", "munged", "sinfo", "sbatch", "scontrol", "squeue", "scancel", "setsid")
 MANIFEST = "testbed.json"
-AGENT_PORT_FILE = "etc/agent-port"  # under the base dir: its presence turns the job prolog/epilog hook on
+AGENT_SOCKET_FILE = "etc/agent-socket"  # under the base dir: its presence turns the job prolog/epilog hook on
 NVIDIA_MAJOR = 195  # the character-device major number of /dev/nvidiaN
 STEP_COMMANDS = ("slurmstepd", "srun")  # orphaned to us by job steps; reaped by name (see LocalSlurm.reap)
 NEVER_S = 365 * 86400  # SuspendTime standing for "no automatic power-down"
@@ -90,14 +90,15 @@ done
 """
 
 # Prolog/Epilog (PrologFlags=Alloc: on every node of a job, at allocation). Every job of every live test runs
-# them, so they do nothing unless DIR/etc/agent-port names a node agent's port (LocalSlurm.set_agent_port).
-# slurmd gives them no PATH; they must never fail, or slurmd drains the node.
+# them, so they do nothing unless DIR/etc/agent-socket names a node agent's Unix socket (LocalSlurm.set_agent_socket).
+# slurmd gives them no PATH; they must never fail, or slurmd drains the node. PYTHONPATH: the wattsched that built the
+# testbed, not whichever one the interpreter would import by default (another checkout's editable install).
 _JOB_HOOK = """\
 #!/bin/sh
-[ -f {agent_port} ] || exit 0
-read -r port < {agent_port}
-export SLURM_CONF={conf} PATH={path}
-{python_sh} -m wattsched.cli.main agent-job {phase} --port "$port" >> {agent_log} 2>&1
+[ -f {agent_socket} ] || exit 0
+read -r socket < {agent_socket}
+export SLURM_CONF={conf} PATH={path} PYTHONPATH={pythonpath}
+{python_sh} -m wattsched.cli.main agent-job {phase} --socket "$socket" >> {agent_log} 2>&1
 exit 0
 """
 
@@ -335,13 +336,14 @@ class LocalSlurm:
                 del env[key]  # a job step's own variables would leak into our commands
         return env
 
-    def set_agent_port(self, port: int | None) -> None:
-        """Have each job's prolog/epilog call ``wattsched agent-job start|end --port PORT`` (None: stop)."""
-        path = self.base / AGENT_PORT_FILE
-        if port is None:
+    def set_agent_socket(self, socket_path: str | Path | None) -> None:
+        """Have each job's prolog/epilog (run as root) call ``wattsched agent-job start|end --socket PATH`` (None:
+        stop)."""
+        path = self.base / AGENT_SOCKET_FILE
+        if socket_path is None:
             path.unlink(missing_ok=True)
         else:
-            path.write_text(f"{int(port)}\n")
+            path.write_text(f"{socket_path}\n")
 
     @property
     def jobs_dir(self) -> Path:
@@ -613,7 +615,8 @@ class LocalSlurm:
             "wrapper": shlex.quote(str(base / "bin" / "nomask")),
             "python": sys.executable,
             "python_sh": shlex.quote(sys.executable),
-            "agent_port": shlex.quote(str(base / AGENT_PORT_FILE)),
+            "agent_socket": shlex.quote(str(base / AGENT_SOCKET_FILE)),
+            "pythonpath": shlex.quote(str(Path(__file__).resolve().parents[3])),  # src/ of this wattsched
             "agent_log": shlex.quote(str(base / "log" / "agent-job.log")),
             "path": shlex.quote(f"{Path(self._bins['scontrol']).parent}:/usr/sbin:/usr/bin:/sbin:/bin"),
         }
