@@ -178,6 +178,13 @@ def summary(cmp: Comparison, files_checked: int | None) -> str:
     return f"typecheck: {checked} files checked, {_plural(cmp.errors, 'error')}, baseline {cmp.baseline}: {verdict}"
 
 
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def run_mypy(target: str = TARGET) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "mypy", "--no-pretty", "--no-color-output", "--show-error-codes", target]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -218,13 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         if cmp.grown and not args.allow_growth:
             print("\n".join(report(cmp)))
             print(
-                f"typecheck: not updating {args.baseline}: {_plural(len(cmp.grown), 'file')} would get more errors "
-                "(fix them, or pass --allow-growth if this really must grow)"
+                f"typecheck: not updating {_shown(args.baseline)}: {_plural(len(cmp.grown), 'file')} would get "
+                "more errors (fix them, or pass --allow-growth if this really must grow)"
             )
             return 1
         args.baseline.write_text(format_baseline(run.errors))
         print(
-            f"typecheck: wrote {args.baseline} ({_plural(len(run.errors), 'error')} in "
+            f"typecheck: wrote {_shown(args.baseline)} ({_plural(len(run.errors), 'error')} in "
             f"{_plural(len({e.path for e in run.errors}), 'file')}; was {cmp.baseline})"
         )
         return 0
