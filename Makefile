@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean report-screenshot
+.PHONY: demo test lint typecheck format bench clean report-screenshot
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
+	$(BIN)/python tools/typecheck.py
+
+# mypy on src/wattsched, held to tools/mypy-baseline.txt (no file may gain errors; docs/architecture.md).
+typecheck: $(STAMP)
+	$(BIN)/python tools/typecheck.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks tools
@@ -35,4 +40,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

@@ -57,7 +57,13 @@ def print_summary(summary: dict[str, Any], out: Path | None) -> None:
         s = summary[key]
         if s["mean"] is not None:
             table.add_row(f"{key} mean / p50 / p99", f"{s['mean']:.1f} / {s['p50']:.1f} / {s['p99']:.1f}")
-    keys = ("makespan_s", "gpu_allocation_mean", "gpu_allocation_final", "grar_final", "energy_kwh")
+    keys: tuple[str, ...] = (
+        "makespan_s",
+        "gpu_allocation_mean",
+        "gpu_allocation_final",
+        "grar_final",
+        "energy_kwh",
+    )
     keys += ("avg_power_kw", "peak_power_kw", "cost_usd", "co2_kg", "node_hours_off", "wall_time_s")
     for key in keys:
         if summary.get(key) is not None:
@@ -162,7 +168,8 @@ def policies() -> None:
         table.add_column("description")
         table.add_column("reconstructed")
         for name, factory in registry:
-            table.add_row(name, factory.description, "yes" if factory.reconstructed else "")
+            cls: Any = factory  # a policy class: its description and reconstructed are class attributes
+            table.add_row(name, cls.description, "yes" if cls.reconstructed else "")
         for pattern in registry.names(with_patterns=True)[len(registry.names()) :]:
             table.add_row(pattern, "parameterised family", "")
         console.print(table)

@@ -51,7 +51,8 @@ def _is_text_mapping(annotation: Any) -> bool:
 def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[ConfigOption]:
     out: list[ConfigOption] = []
     for name, info in model.model_fields.items():
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        # The project's own keys (cli, cli_metavar: strings; cli_hidden: a flag) of the field's json_schema_extra.
+        extra: dict[str, Any] = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         annotation, choices = _unwrap(info.annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             out += config_options(annotation, (*prefix, name))
@@ -84,7 +85,7 @@ def _parameter(opt: ConfigOption) -> inspect.Parameter:
     kind = list[str] if opt.kind is dict else opt.kind  # KEY=VALUE items, parsed by overrides_from
     # Escaped: rich would read "[default: x]" as a style tag and drop it.
     option = typer.Option(decl, help=escape(opt.help), show_default=False, metavar=opt.metavar)
-    annotation = Annotated[kind | None, option]
+    annotation = Annotated[kind | None, option]  # type: ignore[valid-type]  # built at run time for typer
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -43,6 +43,7 @@ def _load_signals(
         raise UnknownNameError("signal kind", kind, KINDS)
     if fill is not None and fill not in sig.FILL_MODES:
         raise UnknownNameError("fill mode", fill, sig.FILL_MODES)
+    fill_mode = cast("sig.Fill | None", fill)  # checked just above
     wanted = ["price", "carbon"] if kind == "both" else [kind]
     notes: list[str] = []
     catalogs = {"price": sig.price_catalog(), "carbon": sig.carbon_catalog()}
@@ -60,11 +61,15 @@ def _load_signals(
     for k in wanted:
         if k == "price":
             out.append(
-                sig.load_price(region, year, data_dir, max_gap_hours=max_gap_hours, fill=fill, to_usd=usd)
+                sig.load_price(
+                    region, year, data_dir, max_gap_hours=max_gap_hours, fill=fill_mode, to_usd=usd
+                )
             )
         else:
             out.append(
-                sig.load_carbon(region, year, data_dir, carbon_kind, max_gap_hours=max_gap_hours, fill=fill)
+                sig.load_carbon(
+                    region, year, data_dir, carbon_kind, max_gap_hours=max_gap_hours, fill=fill_mode
+                )
             )
     return out, notes
 
@@ -103,10 +108,13 @@ def _plot(signals: list[sig.GridSignal], profiles: list[np.ndarray], out: Path) 
     # Figure without pyplot: no global backend state, safe inside a library/CLI process.
     import pandas as pd
     from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     first = signals[0]
     fig = Figure(figsize=(12, 8), layout="constrained")
-    fig.get_layout_engine().set(rect=(0, 0.045, 1, 0.955))  # room for the attribution footer
+    engine = fig.get_layout_engine()
+    assert isinstance(engine, ConstrainedLayoutEngine)
+    engine.set(rect=(0, 0.045, 1, 0.955))  # room for the attribution footer
     top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
     colours = {"price": ("tab:blue", "navy"), "carbon": ("tab:green", "darkgreen")}
     local_times = first.times_utc().tz_convert(first.tz).tz_localize(None)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -335,8 +335,8 @@ def clean_hourly(
         if take.any():
             parts_h.append(other.hours[take])
             parts_v.append(other.values[take])
-            in_window = np.unique(other.hours[take])
-            in_window = int(((in_window >= w0) & (in_window < w1)).sum())
+            taken = np.unique(other.hours[take])
+            in_window = int(((taken >= w0) & (taken < w1)).sum())
             if in_window:
                 borrowed.append({"file": other.path, "hours": in_window})
     hours = np.concatenate(parts_h)
@@ -353,7 +353,7 @@ def clean_hourly(
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     gaps, too_long = [], []
     interpolated = held = filled = 0
-    for s, e in zip(starts, ends, strict=True):
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         in_w0, in_w1 = max(s, w0 - lo), min(e, w1 - lo)
         if in_w0 >= in_w1:
             continue  # outside the window: irrelevant
@@ -600,6 +600,13 @@ class AlignedSignal:
     trace_start_utc: datetime | None
     trace_tz: str
     wrap_to_utc: datetime  # where `cycle_year` continues once grid time reaches signal.end_utc
+
+    if TYPE_CHECKING:  # derived in __post_init__; at run time not dataclass fields
+        _v: np.ndarray = field(init=False)
+        _cum: np.ndarray = field(init=False)
+        _a: float = field(init=False)
+        _end: float = field(init=False)
+        _w: float = field(init=False)
 
     def __post_init__(self) -> None:
         v = np.asarray(self.signal.values, dtype=np.float64)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import WattschedError
+from ..core.registry import Registry
 from ..workloads.validate import one_line
 
 MISSING = "\u2014"  # an em dash: how a value a run does not record is shown
@@ -148,7 +149,7 @@ def _reconstructed(knobs: Mapping[str, str]) -> list[str]:
     from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
     from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
 
-    registries = {
+    registries: dict[str, Registry[Any]] = {
         "queue": QUEUE_POLICIES,
         "placement": PLACEMENT_POLICIES,
         "allocation": ALLOCATION_POLICIES,
@@ -159,7 +160,7 @@ def _reconstructed(knobs: Mapping[str, str]) -> list[str]:
         registry = registries.get(setting)
         if registry is None or not isinstance(name, str) or name not in registry:
             continue
-        factory = registry.factory(name)
+        factory: Any = registry.factory(name)  # a policy class: description is a class attribute
         if getattr(factory, "reconstructed", False):
             out.append(_basis_line(name, getattr(factory, "basis", "") or factory.description))
     return out
@@ -195,7 +196,9 @@ def _read_summary(path: Path) -> dict[str, Any]:
 def run_row(path: Path) -> dict[str, Any]:
     """The comparison row of one run directory."""
     s = _read_summary(path)
-    policies = s.get("policies") if isinstance(s.get("policies"), dict) else {}
+    policies = s.get("policies")
+    if not isinstance(policies, dict):
+        policies = {}
     parts = {k: v for k, v in policies.items() if isinstance(v, dict) and isinstance(v.get("name"), str)}
     names = [parts[k]["name"] for k in ("allocation",) if k in parts] or [
         parts[k]["name"] for k in ("queue", "placement") if k in parts

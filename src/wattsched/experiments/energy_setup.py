@@ -76,10 +76,10 @@ def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: lis
     """The run's price and carbon series (None where not configured), aligned to `trace_start`."""
     from ..energy import signals
 
-    kw = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
-    fill = {"max_gap_hours": cfg.signal_max_gap_hours, "fill": cfg.signal_fill}
+    kw: dict[str, Any] = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
+    fill: dict[str, Any] = {"max_gap_hours": cfg.signal_max_gap_hours, "fill": cfg.signal_fill}
     if cfg.price_csv or cfg.carbon_csv:  # the user's own market, CSV by CSV; a region fills in neither
-        out = []
+        out: list[signals.AlignedSignal | None] = []
         for kind, path in (("price", cfg.price_csv), ("carbon", cfg.carbon_csv)):
             if path is None:
                 notes.append(

@@ -699,7 +699,8 @@ def write_plots(
     written = []
     mean_curve = curves.groupby(["policy", "arrived_pct"], sort=False).mean(numeric_only=True).reset_index()
     mean_grid = grid.groupby(["policy", "x"], sort=False).mean(numeric_only=True).reset_index()
-    spare = iter(plt.get_cmap("tab10").colors * 4)
+    # tab10 is a ListedColormap, whose colors are a tuple; the stubs know only Colormap (no .colors).
+    spare = iter(plt.get_cmap("tab10").colors * 4)  # type: ignore[attr-defined]
     style = {p: _line_style(p, spare) for p in policies}
 
     def save(fig, name: str) -> None:

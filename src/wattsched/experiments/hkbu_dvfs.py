@@ -510,7 +510,7 @@ def run_experiment(
         missing_data(trace.workload, trace.data_dir) if trace is not None else "not requested (--trace none)"
     )
     setup = Setup(gpus, gpus_per_node, theta, trace if trace_skipped is None else None)
-    tasks = [
+    tasks: list[tuple] = [
         ("sets", model, mode, float(u), FIRST_SEED + k)
         for model, mode, u, k in itertools.product(models, modes, utilisations, range(seeds))
     ]
@@ -549,6 +549,7 @@ def run_experiment(
     trace_rows = [r for kind, batch in done if kind == "trace" for r in batch]
     window = _on_common_window(setup, trace_rows) if trace_rows else None
     if trace_rows:
+        assert setup.trace is not None  # trace tasks ran
         frame = (
             pd.DataFrame(trace_rows).sort_values(["power_manager", "gpu", "variant"]).reset_index(drop=True)
         )

@@ -419,7 +419,7 @@ def write_plots(out: Path, ratios: pd.DataFrame, s: dict[str, Any]) -> dict[str,
     bound = s["competitive_ratio_bound"]
     fig, ax = plt.subplots(figsize=(7, 4))
     top = max(float(ratios["empirical_ratio"].max()), 1.0)
-    bins = np.linspace(1.0, top * 1.05, 30)
+    bins = np.linspace(1.0, top * 1.05, 30).tolist()
     for kind, g in ratios.groupby("kind", sort=True):
         ax.hist(g["empirical_ratio"], bins=bins, alpha=0.6, label=f"{kind} ({len(g)})")
     ax.axvline(bound, color="k", ls="--")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from ..core.errors import WattschedError
 from ..core.registry import Registry
@@ -47,6 +47,11 @@ class Backend(Protocol):
 GRID_BACKENDS: Registry[Backend] = Registry("backend")
 
 
+def grid_backend(name: str) -> type[Backend]:
+    """The backend registered as `name`: its class, never instantiated (the methods are static)."""
+    return cast("type[Backend]", GRID_BACKENDS.factory(name))
+
+
 @dataclass(frozen=True)
 class Execution:
     """Where an experiment's grid runs and whether it resumes: `backend` a name of GRID_BACKENDS, `address` the Ray
@@ -60,7 +65,7 @@ class Execution:
     notify: Callable[[str], None] | None = None
 
     def check(self) -> None:
-        GRID_BACKENDS.factory(self.backend).check(self.address)
+        grid_backend(self.backend).check(self.address)
 
 
 # -- the process backend ------------------------------------------------------------------------------------
@@ -165,7 +170,7 @@ def grid_executor(
     """An executor for a grid of `cells` cells of an experiment writing into `out` (None: nowhere to keep finished
     cells, so no resume), shut down (pending cells cancelled) on exit."""
     execution = execution or Execution()
-    backend = GRID_BACKENDS.factory(execution.backend)
+    backend = grid_backend(execution.backend)
     cache = CellCache(cells_dir(out)) if out is not None and execution.resume else None
     if cache is not None and execution.fresh:
         cache.clear()

@@ -759,9 +759,11 @@ def results_frame(records: list[RunRecord], prep: Prepared) -> pd.DataFrame:
     for b in prep.baselines:
         for s in prep.seeds:
             rb, rp, rf = base[(b, s)], equal[(b, s)], free[s]
-            budget = (
-                float(rp.budget_seen_kwh) if rp.budget_seen_kwh is not None else float(rp.task.budget_kwh)
-            )
+            if rp.budget_seen_kwh is not None:
+                budget = float(rp.budget_seen_kwh)
+            else:
+                assert rp.task.budget_kwh is not None  # an "equal" run is given its baseline's energy
+                budget = float(rp.task.budget_kwh)
             # The window the budget was set on: to the latest end of the seed's baselines and no-budget run,
             # or to the PowerFlow run's own end if it ran past it.
             end = max(rp.task.until_s or 0.0, tails[id(rp)].end_s, tails[id(rb)].end_s)

@@ -119,7 +119,7 @@ def short_names(frame: pd.DataFrame) -> list[str]:
     """Legend names: a run directory's name (with as many parent folders as tell them apart), an experiment
     row's keys (after its directory's name when several directories are compared)."""
     sources = list(dict.fromkeys(frame["source"]))
-    names = []
+    names: list[str | None] = []
     for label, source in zip(frame["run"], frame["source"], strict=True):
         if label == source:
             names.append(None)
@@ -193,6 +193,12 @@ def _with_series(runs: list[RunData], *columns: str) -> list[RunData]:
     ]
 
 
+def _series(run: RunData) -> pd.DataFrame:
+    """The series of a run that `_with_series` kept."""
+    assert run.series is not None
+    return run.series
+
+
 def _dropped(drawn: list[RunData], having: list[RunData]) -> str:
     left = having[len(drawn) :]
     return f" The first {len(drawn)} of {len(having)} runs are drawn." if left else ""
@@ -232,11 +238,11 @@ def plot_power(runs: list[RunData]) -> tuple[str, str] | None:
         ("price_usd_per_mwh", "price", "USD/MWh", "black", 1.0),
         ("carbon_g_per_kwh", "carbon intensity", "gCO2/kWh", "tab:green", 1.12),
     ):
-        recording = [r for r in having if column in r.series and r.series[column].notna().any()]
+        recording = [r for r in having if column in _series(r) and _series(r)[column].notna().any()]
         if not recording:
             continue
         # Runs sample the signal at their own events: the most densely sampled run draws it most faithfully.
-        source = max(recording, key=lambda r: int(r.series[column].notna().sum()))
+        source = max(recording, key=lambda r: int(_series(r)[column].notna().sum()))
         twin = ax.twinx()
         twin.spines["right"].set_position(("axes", offset))
         hours, v = _sampled(source.series, [column])
@@ -432,7 +438,9 @@ def _signal_lines(kind: str, s: dict[str, Any]) -> list[str]:
     for key in ("trace_start_assumption", "value_convention", "attribution"):
         if s.get(key):
             lines.append(f"{kind} signal: {s[key]}")
-    report = s.get("report") if isinstance(s.get("report"), dict) else {}
+    report = s.get("report")
+    if not isinstance(report, dict):
+        report = {}
     filled = report.get("filled_hours") or 0
     if filled:
         lines.append(f"{kind} signal: {filled} hour(s) filled ({report.get('fill')})")
@@ -496,7 +504,9 @@ def run_assumptions(run: RunData) -> list[tuple[str, str]]:
         for kind in ("price", "carbon"):
             if isinstance(model.get(kind), dict):
                 out += [("signal alignment", line) for line in _signal_lines(kind, model[kind])]
-    perf = s.get("performance_model") if isinstance(s.get("performance_model"), dict) else {}
+    perf = s.get("performance_model")
+    if not isinstance(perf, dict):
+        perf = {}
     tables = perf.get("tables")
     if isinstance(tables, dict) and tables:
         text = ", ".join(f"{gpu}: {table}" for gpu, table in tables.items())
@@ -504,7 +514,9 @@ def run_assumptions(run: RunData) -> list[tuple[str, str]]:
     for key in ("work_unit", "restart_model", "formula", "sharing_model"):
         if isinstance(perf.get(key), str):
             out.append(("performance model", f"{key.replace('_', ' ')}: {perf[key]}"))
-    policies = s.get("policies") if isinstance(s.get("policies"), dict) else {}
+    policies = s.get("policies")
+    if not isinstance(policies, dict):
+        policies = {}
     for part, p in policies.items():
         if isinstance(p, dict) and p.get("reconstructed"):
             out.append(

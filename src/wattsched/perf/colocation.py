@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -256,7 +257,7 @@ def sharing_model(name: str) -> SharingModel:
 # --- what `wattsched perf colocate` shows -----------------------------------------------------------------------
 def colocate(
     models: Sequence[str], gpu: str = EACO_GPU, gpus: int = EACO_GPUS, hours: float | None = None
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The predicted energy, average JCT and average power of `models` sharing the same GPUs against each alone,
     under the calibrated (`eaco`) sharing model. Solo JCTs: EaCO's Table 1 for its four models on 8 V100, else
     `hours` (default: the mean of Table 1's JCTs)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class MeasuredSharing(SharingModel):
     switch_power: float = H200_SWITCH_POWER  # lambda: switching draws this share of the mean busy draw
     basis: str = "fitted to h200-colocation-probe sets of two (docs/perf.md §9.2)"
 
-    def speeds(self, utilisations: Sequence[float]) -> np.ndarray:
+    def speeds(self, utilisations: Sequence[float] | np.ndarray) -> np.ndarray:
         """Each job's speed relative to alone with jobs of these utilisations on one GPU."""
         u = np.maximum(np.asarray(utilisations, dtype=np.float64), MIN_UTILISATION)
         if u.size <= 1:
@@ -61,7 +62,7 @@ class MeasuredSharing(SharingModel):
             return 1.0
         return float(self.speeds([own, *others])[0])
 
-    def switching(self, utilisations: Sequence[float], speeds: np.ndarray) -> float:
+    def switching(self, utilisations: Sequence[float] | np.ndarray, speeds: np.ndarray) -> float:
         """Share of the time the GPU spends switching between the jobs."""
         u = np.maximum(np.asarray(utilisations, dtype=np.float64), MIN_UTILISATION)
         return max(0.0, min(float(u.sum()), 1.0) - float((speeds * u).sum())) if u.size > 1 else 0.0
@@ -148,7 +149,9 @@ def _fit_rows(model: MeasuredSharing, profiles: Profiles, sets: Sequence[Measure
     return rows
 
 
-def energy_saving(set_power_w: float, speeds: Sequence[float], powers_alone_w: Sequence[float]) -> float:
+def energy_saving(
+    set_power_w: float, speeds: Sequence[float] | np.ndarray, powers_alone_w: Sequence[float]
+) -> float:
     """1 - (energy of the set doing its work together) / (energy of the same work done one job after another,
     each alone): per second together the set does ``s_i`` seconds of job i's solo work, which alone costs
     ``s_i * P_i``."""
@@ -200,7 +203,7 @@ def check_rows(profiles: Profiles, model: MeasuredSharing = MEASURED) -> list[Fi
 # --- what `wattsched perf colocate --profiles` shows ------------------------------------------------------------
 def colocate_measured(
     profiles: Profiles, models: Sequence[str], gpu: str, model: MeasuredSharing = MEASURED
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Each job's speed relative to alone, the GPU's power and the energy saving of `models` (``name`` or
     ``name:batch``) time-slicing one `gpu`, from their measured profiles alone. A set the profiles measured is
     shown beside the prediction."""
@@ -228,7 +231,7 @@ def colocate_measured(
     speeds, power = model.predict(utils, powers, held)
     names = [s.model if [t.model for t in solos].count(s.model) == 1 else f"{s.model}#{i + 1}"
              for i, s in enumerate(solos)]  # fmt: skip
-    out: dict[str, object] = {
+    out: dict[str, Any] = {
         "gpu": gpu,
         "models": names,
         "set": {
@@ -262,7 +265,7 @@ def colocate_measured(
         alone = profiles.of_set(measured)
         if measured.gpu == gpu and sorted(measured.members) == wanted and alone is not None:
             observed = [v / s.it_per_s for v, s in zip(measured.it_per_s, alone, strict=True)]
-            out["set"]["measured"] = {  # type: ignore[index]
+            out["set"]["measured"] = {
                 "power_w": measured.power_w,
                 "energy_saving": energy_saving(measured.power_w, observed, [s.power_w for s in alone]),
                 "speeds": dict(zip([m for m, _ in measured.members], observed, strict=True)),
@@ -272,11 +275,11 @@ def colocate_measured(
     if len(solos) > 2:
         out["notes"].append(
             f"a set of {len(solos)}: a prediction from the fit on sets of two, not a measurement"
-        )  # type: ignore[union-attr]
+        )
     memory = sum(s.memory_gib for s in solos)
-    out["set"]["memory_gib"] = memory  # type: ignore[index]
+    out["set"]["memory_gib"] = memory
     if memory > gpu_model(gpu).memory_gib:
         out["notes"].append(
             f"summed peak memory {memory:.1f} GiB exceeds the {gpu}'s {gpu_model(gpu).memory_gib:g}"
-        )  # type: ignore[union-attr]
+        )
     return out

@@ -201,7 +201,7 @@ def load_profiles(
             if row["jobs_in_set"] == 1 and math.isnan(row["it_per_s"]):
                 out.power_only.append(_power_reading(row, path))
             elif row["jobs_in_set"] == 1:
-                key = (row["gpu"], row["model"], row["batch"], row["regime"])
+                key: tuple = (row["gpu"], row["model"], row["batch"], row["regime"])
                 key = key if row["limit"] is None else (*key, row["limit"])
                 singles.setdefault(key, []).append((row, str(path)))
             else:

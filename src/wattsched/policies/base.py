@@ -110,7 +110,7 @@ class PlacementPolicy(ABC):
     (docs/fgd-pwr.md §3). If exactly one node passes the filter it is chosen without scoring.
     """
 
-    name: ClassVar[str] = ""
+    name: str = ""  # per class; a parameterised policy may name its instances (PwrFgd: pwr_<w>_fgd_<w>)
     description: ClassVar[str] = ""
     reconstructed: ClassVar[bool] = False
     basis: ClassVar[str] = ""

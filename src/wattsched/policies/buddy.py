@@ -69,11 +69,11 @@ def maximal_free_block(free: np.ndarray, n: int) -> np.ndarray:
         padded = np.zeros((rows, top), dtype=bool)
         padded[:, :width] = free
     blocks = -(-width // n)
-    size = np.where(padded.reshape(rows, top // n, n).all(axis=2)[:, :blocks], n, 0).astype(np.int64)
+    size = np.where(np.all(padded.reshape(rows, top // n, n), axis=2)[:, :blocks], n, 0).astype(np.int64)
     parent = np.arange(blocks) * n
     s = 2 * n
     while s <= top:
-        whole = padded.reshape(rows, top // s, s).all(axis=2)
+        whole = np.all(padded.reshape(rows, top // s, s), axis=2)
         size = np.where(whole[:, parent // s], s, size)  # a free parent means a free child: sizes only grow
         s *= 2
     return size

@@ -133,6 +133,7 @@ def _clocks(
     m = task.model
     if not cfg.dvfs:
         return task.t_star_s, m.p_star, 1.0, 1.0
+    assert timing.optimal is not None  # `_timing` solves it whenever DVFS is on
     s = timing.optimal if slack >= timing.t_hat - _EPS else theta_adjust(slack / task.t_star_s, m)
     return s.time * task.t_star_s, s.power, s.fc, s.fm
 

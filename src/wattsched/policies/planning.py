@@ -49,6 +49,13 @@ def resized_request(view: ClusterView, req: JobRequest, num_gpu: int) -> JobRequ
     )
 
 
+def held_target(view: ClusterView, job: int) -> Target:
+    """What a running job holds: `view.target`, which is None only for a job that holds nothing."""
+    target = view.target(job)
+    assert target is not None, f"job {job} holds no GPUs"
+    return target
+
+
 def on_same_gpus(view: ClusterView, job: int, placement: Placement) -> Placement:
     """`placement`'s GPUs with `job`'s own CPU and memory request, split over nodes by their GPU counts."""
     req = view.request(job)
@@ -90,7 +97,7 @@ class Plan:
         """Undo `release` if what the job held is still free in the plan (then it simply keeps running)."""
         if job not in self.released:
             return True
-        target = self.view.target(job)
+        target = held_target(self.view, job)  # `release` released it: it held something
         if not self.is_free(target.placement, target.share_milli):
             return False
         for node, gpus, cpu, mem in target.placement:
@@ -177,10 +184,11 @@ class Consolidated(PlacementPolicy):
         "one node if it fits (fullest first), else whole free nodes under one switch (Tiresias yarn)"
     )
 
-    def score(self, state, req, nodes):
+    # `self: PlacementPolicy`: Buddy borrows these two (they need only the policy's node rank).
+    def score(self: PlacementPolicy, state, req, nodes):
         return -state.free_gpus[nodes]  # fullest node that fits
 
-    def place_gang(self, state, req):
+    def place_gang(self: PlacementPolicy, state, req):
         spec = state.spec
         whole = req.node_mask & state.available & (state.free_gpus == spec.gpu_count) & (spec.gpu_count > 0)
         whole &= (state.cpu_left == spec.cpu_milli) & (state.mem_left == spec.memory_mib)

@@ -322,9 +322,9 @@ class ForecastBuffer(_BootsOnDemand):
             cand = [n for n in np.flatnonzero(idle).tolist() if not wanted_by_waiting_work(view, n)]
             if view.keep_free_gpus > 0:
                 cand = keeping_headroom(view, cand)[0]
-            cand = np.asarray(cand, dtype=np.int64)
+            order = np.asarray(cand, dtype=np.int64)
             downs = []
-            for node in cand[np.argsort(-rank[cand])].tolist():
+            for node in order[np.argsort(-rank[order])].tolist():
                 if gpus_on - float(spec.gpu_count[node]) < target:
                     continue
                 downs.append(node)

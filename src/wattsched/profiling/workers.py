@@ -226,8 +226,8 @@ class ProcessJobRunner:
                 run = self._commands[i]
                 run.drain()
                 before = first_steps[i]
-                steps = run.steps - before if run.steps is not None and before is not None else None
-                results[i] = JobWindow(steps, elapsed, None)
+                done = run.steps - before if run.steps is not None and before is not None else None
+                results[i] = JobWindow(done, elapsed, None)
         return [results[i] for i in members]
 
     def finish(self, members: Sequence[int]) -> None:

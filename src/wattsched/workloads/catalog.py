@@ -179,6 +179,7 @@ def load_workload(
     refuse_column_mapping(name, columns)
     if name in _COMPOSITE:
         return _load_composite(name, data_dir, skip_invalid)
+    assert entry is not None  # neither a path nor a composite: a catalog entry
     path = locate(entry.dataset, entry.relpath, data_dir)
     if entry.gavel:
         throughputs = locate(entry.dataset, GAVEL_THROUGHPUTS, data_dir)

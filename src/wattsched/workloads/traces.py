@@ -722,6 +722,7 @@ def _generic_deadline(v, df, path: Path, submit, duration, epoch_times: bool, op
         raise InputError(
             path, 1, None, "give deadline (seconds after submit) or deadline_at (an absolute time), not both"
         )
+    note: str | None
     if "deadline_at" in df:
         field = "deadline_at"
         if epoch_times:

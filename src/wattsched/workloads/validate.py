@@ -26,8 +26,8 @@ _LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]\s*")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 
-def one_line(text: str) -> str:
-    """``text`` as one printable line: line breaks become spaces, other control characters are escaped."""
+def one_line(text: object) -> str:
+    """``text`` (str() of it) as one printable line: line breaks become spaces, other control characters are escaped."""
     text = _LINE_BREAKS.sub(" ", str(text).strip())
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 

@@ -31,7 +31,7 @@ from ...energy.dvfs import DEFAULT_SETTING
 from ...energy.power_models import idle_node_draw_w
 from ..base import PLACEMENT_POLICIES
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, Capability, ClusterView, Decision
-from ..planning import Plan, job_gpu_codes
+from ..planning import Plan, held_target, job_gpu_codes
 from .cedla_greedy import greedy_by_group
 from .cedla_milp import PlanInstance, node_groups, solve_milp
 
@@ -344,7 +344,7 @@ class CeDla(AllocationPolicy):
             return order
         held_on: dict[int, list[tuple[int, int]]] = {}
         for v in order:
-            for node, gpus, _, _ in view.target(v).placement:
+            for node, gpus, _, _ in held_target(view, v).placement:
                 held_on.setdefault(node, []).append((len(gpus), v))
         free = plan.state.free_gpus
         best: tuple[int, list[int]] | None = None
@@ -353,9 +353,9 @@ class CeDla(AllocationPolicy):
             if not req.node_mask[node] or short <= 0:
                 continue
             taken, chosen = 0, []
-            for gpus, v in sorted(held):
+            for count, v in sorted(held):
                 chosen.append(v)
-                taken += gpus
+                taken += count
                 if taken >= short:
                     break
             if taken >= short and (best is None or taken < best[0]):

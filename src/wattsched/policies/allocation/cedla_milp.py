@@ -176,7 +176,11 @@ def solve_milp(inst: PlanInstance, time_limit_s: float = 60.0, mip_rel_gap: floa
                 c[zi(i, g, t)] = per_w[t] * inst.service_busy_w[i]
     integrality = np.ones(size)  # switch-ons too: a booting node loses whole GPUs
 
-    rows, cols, vals, rlo, rhi = [], [], [], [], []
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    rlo: list[float] = []
+    rhi: list[float] = []
 
     def row(entries, low, high):
         r = len(rlo)

@@ -45,7 +45,7 @@ from ..contract import (
     Decision,
     Target,
 )
-from ..planning import Plan, job_gpu_codes, on_same_gpus
+from ..planning import Plan, held_target, job_gpu_codes, on_same_gpus
 
 MAX_JOBS_PER_GPU = 4  # the paper measures sets of up to four jobs
 SHARE = MILLI // MAX_JOBS_PER_GPU
@@ -304,7 +304,7 @@ class EaCO(AllocationPolicy):
                 continue
             del self.watch[job]
             rate = float(view.rate(np.array([job]))[0])
-            key = _gpu_set(view.target(job).placement)
+            key = _gpu_set(held_target(view, job).placement)
             solo = self._solo_rate(job, key)
             if rate <= 0 or solo <= 0:
                 continue

@@ -37,7 +37,7 @@ from ..contract import (
     Decision,
     Target,
 )
-from ..planning import Plan, on_same_gpus
+from ..planning import Plan, held_target, on_same_gpus
 
 PAIR_SHARE = MILLI // 2
 
@@ -216,7 +216,7 @@ class Gandiva(AllocationPolicy):
             if target is None or target.share_milli >= MILLI or job in plan.assign or job in plan.released:
                 continue
             partners = [
-                k for k in running.tolist() if k != job and view.target(k).placement == target.placement
+                k for k in running.tolist() if k != job and held_target(view, k).placement == target.placement
             ]
             plan.release(job)
             placed = plan.place(job, self.placement)
@@ -225,7 +225,8 @@ class Gandiva(AllocationPolicy):
                 continue
             for k in partners:  # the partner now has the GPUs to itself
                 plan.release(k)
-                plan.take(k, Target(view.target(k).placement, MILLI, view.target(k).setting))
+                held = held_target(view, k)
+                plan.take(k, Target(held.placement, MILLI, held.setting))
 
     def _place_unit(self, view: ClusterView, plan: Plan, unit: tuple[int, ...]) -> None:
         running = [j for j in unit if view.status[j] == STATUS_RUNNING]
@@ -239,10 +240,11 @@ class Gandiva(AllocationPolicy):
         if running:  # one already runs alone: the other joins it on the same GPUs
             host = running[0]
             other = b if host == a else a
-            placement = view.target(host).placement
+            held = held_target(view, host)
+            placement = held.placement
             plan.release(host)
             if plan.is_free(placement, PAIR_SHARE):
-                plan.take(host, Target(placement, PAIR_SHARE, view.target(host).setting))
+                plan.take(host, Target(placement, PAIR_SHARE, held.setting))
                 plan.take(other, Target(on_same_gpus(view, other, placement), PAIR_SHARE))
                 self.packings += 1
             else:

@@ -151,7 +151,8 @@ class HkbuDvfsAllocation(AllocationPolicy):
     def allocate(self, view: ClusterView) -> Decision:
         plan = Plan(view)
         pending = view.pending_jobs()
-        started, unplaced = [], []
+        started: list[int] = []
+        unplaced: list[int] = []
         for job in pending[np.argsort(self.position[pending], kind="stable")].tolist():
             (started if plan.place(job, self.placement) is not None else unplaced).append(job)
         # Capacity binds when a waiting job needs more GPUs than are free on all nodes, off ones included (a job

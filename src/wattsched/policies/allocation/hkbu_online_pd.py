@@ -246,6 +246,8 @@ class HkbuOnlinePd(AllocationPolicy):
 
     # --- the decision ------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
+        online = self.pd
+        assert online is not None  # made by bind
         running = view.running_jobs()
         reject: list[int] = []
         new = self._new_arrivals(view)
@@ -256,13 +258,14 @@ class HkbuOnlinePd(AllocationPolicy):
                 heapq.heappush(self._due, (view.now, j))
                 continue
             job = self._job(view, j, w)
-            offer = self.pd.arrive(job) if job is not None else None
+            offer = online.arrive(job) if job is not None else None
             if offer is None or not offer.admitted:
                 if offer is None:
-                    self.pd.rejected += 1
+                    online.rejected += 1
                 reject.append(j)
                 continue
             s = offer.schedule
+            assert s is not None  # an admitted offer carries its schedule
             start = max(float(s.start_s[0]), view.now)
             self._planned[j] = (int(s.gpu_type[0]), self.settings[int(s.clock[0])], start)
             heapq.heappush(self._due, (start, j))

@@ -116,10 +116,9 @@ class OptimusGreedy(AllocationPolicy):
         gains = self._gains.get(job)
         if gains is None:
             times = self._step_times(job)
-            gains = np.zeros(times.size - 1)
-            gains[1:] = times[1:-1] - times[2:]
-            self._gains[job] = gains.tolist()
-            gains = self._gains[job]
+            unit = np.zeros(times.size - 1)
+            unit[1:] = times[1:-1] - times[2:]
+            self._gains[job] = gains = unit.tolist()
         return gains
 
     def _place(self, view: ClusterView, running: np.ndarray, gpus: dict[int, int]) -> Decision:

@@ -49,7 +49,7 @@ from ..contract import (
     Decision,
     Target,
 )
-from ..planning import Plan, job_gpu_codes
+from ..planning import Plan, held_target, job_gpu_codes
 
 J_PER_KWH = 3.6e6
 CLOCK_STEP = 0.1  # SM-clock grid: fractions of f_max from the GPU's lowest modelled clock to 1.0
@@ -336,7 +336,7 @@ class PowerFlow(AllocationPolicy):
             return 0.0
         running_dyn = 0.0
         for j, h in held.items():
-            now = view.target(j)
+            now = held_target(view, j)
             code = int(self.codes[j])
             running_dyn += h * (self.perf.gpu_power_w(j, code, now.setting) - self._idle_w(code))
         return max((view.power_w() or 0.0) - running_dyn, 0.0)

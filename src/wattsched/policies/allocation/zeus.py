@@ -29,7 +29,7 @@ from ..contract import (
     Target,
 )
 from ..placement import FirstFit
-from ..planning import Plan, job_gpu_codes
+from ..planning import Plan, held_target, job_gpu_codes
 
 
 @ALLOCATION_POLICIES.register("zeus-pl")
@@ -111,7 +111,7 @@ class ZeusPowerLimit(AllocationPolicy):
         for job in running.tolist():
             if job not in self.profiles or view.now < self.step_end[job] - 1e-9:
                 continue
-            target = view.target(job)
+            target = held_target(view, job)
             code = int(self.codes[job])
             self.profiles[job].pop(0)
             if self.profiles[job]:
