@@ -108,12 +108,21 @@ class ClusterBackend(Protocol):
     each it lacks in ``lacks``); the mirror, view, actions, validator, power managers and the driver
     (``live.py``, ``power.py``, ``driver.py``) are shared (docs/architecture.md, "Adding a live backend")."""
 
-    name: str
-    capabilities: frozenset[Capability]  # what it can carry out (Capability)
-    lacks: Mapping[Capability, str]  # why it lacks a capability, for the one-line refusal
-    # Whether the cluster manager wakes powered-down nodes itself for the jobs sent there (Slurm's resume
-    # program): such nodes stay placeable when no wattsched power manager drives node power.
-    wakes_nodes_for_jobs: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What it can carry out (:class:`Capability`)."""
+
+    @property
+    def lacks(self) -> Mapping[Capability, str]:
+        """Why it lacks a capability, for the one-line refusal."""
+
+    @property
+    def wakes_nodes_for_jobs(self) -> bool:
+        """Whether the cluster manager wakes powered-down nodes itself for the jobs sent there (Slurm's resume
+        program): such nodes stay placeable when no wattsched power manager drives node power."""
 
     def observe(self) -> Observation: ...
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ..core.errors import WattschedError
 from ..core.states import POWER_STATE_NAMES
 from ..perf.restart import RestartModel
-from ..policies.contract import InvalidDecision, PowerManager, Scheduler
+from ..policies.contract import InvalidDecision, PowerManager, Scheduler, TimeSeries
 from .base import BackendError, ClusterBackend
 from .live import LiveCluster, check_live_policies, live_origin
 from .profile_recorder import ProfileRecorder
@@ -30,7 +30,7 @@ log = logging.getLogger("wattsched.live")
 class LiveMetrics:
     """Prometheus metrics of the live scheduler, in their own registry."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -95,14 +95,14 @@ class LiveDriver:
     recorder: ProfileRecorder | None = None  # --record-profiles: the agents' job windows into a profile CSV
     # Aligned price and carbon series (seconds since the mirror's origin); built from the first observation's
     # time by `signals_for` when given, since the origin is known only then.
-    signals_for: Callable[[float], tuple[object, object]] | None = None
+    signals_for: Callable[[float], tuple[TimeSeries | None, TimeSeries | None]] | None = None
     checkpoint_interval_s: float = 0.0
     agent_metrics_url: str | None = None  # the node agents' /metrics ({node}): measured power for the view
     restart_model: RestartModel | None = None  # restart delays the policies' view reports (None: the default)
 
     def __post_init__(self) -> None:
         # A policy that needs what this backend lacks is refused before anything is observed or started.
-        signals = (object(), object()) if self.signals_for is not None else (None, None)
+        signals = (None, None) if self.signals_for is None else self.signals_for(time.time())
         check_live_policies(self.backend, self.scheduler, self.power_manager, self.allow_resize, signals)
 
     def step(self) -> StepResult:
@@ -121,7 +121,7 @@ class LiveDriver:
             self.recorder.observe(obs)
             self._record_profiles()
         first = self.cluster is None
-        if first:
+        if self.cluster is None:
             signals = (None, None) if self.signals_for is None else self.signals_for(live_origin(obs))
             self.cluster = LiveCluster(
                 self.backend, self.scheduler, obs, self.store, seed=self.seed, gpu_type_map=self.gpu_type_map,
@@ -171,21 +171,20 @@ class LiveDriver:
         if c.power is not None:
             c.power.batch_end()
         if self.metrics:
-            self._update_gauges()
+            self._update_gauges(c, self.metrics)
         return result
 
-    def _update_gauges(self) -> None:
-        c, m = self.cluster, self.metrics
+    def _update_gauges(self, c: LiveCluster, m: LiveMetrics) -> None:
         m.queue.set(c.view.queue_length)
         m.running.set(len(c.targets))
         for code, name in enumerate(POWER_STATE_NAMES):
             m.nodes.labels(power_state=name).set(int((c.power_state == code).sum()))
-        m.power.set(self.power_estimate_w())
+        m.power.set(c.meter.power_w)
 
     def power_estimate_w(self) -> float:
         """Cluster power as the policies see it (``LiveMeter``: measured where the agents are read, else the
-        linear model)."""
-        return self.cluster.meter.power_w
+        linear model); 0 before the first observation."""
+        return 0.0 if self.cluster is None else self.cluster.meter.power_w
 
     def run(self, interval_s: float, stop: threading.Event, max_steps: int | None = None) -> None:
         """Step every `interval_s` seconds until `stop` is set."""
@@ -199,7 +198,10 @@ class LiveDriver:
             self._record_profiles(force=True)  # the windows the last jobs closed
 
     def _record_profiles(self, force: bool = False) -> None:
+        recorder = self.recorder
+        if recorder is None:
+            return
         try:
-            self.recorder.poll(force)
+            recorder.poll(force)
         except (OSError, WattschedError) as exc:  # the profile file: logged, the scheduler goes on
-            log.error("--record-profiles: could not write %s: %s", self.recorder.path, exc)
+            log.error("--record-profiles: could not write %s: %s", recorder.path, exc)

@@ -73,6 +73,7 @@ from ..policies.contract import (
     PowerManager,
     Scheduler,
     Target,
+    TimeSeries,
     WakeCallback,
     check_capabilities,
 )
@@ -100,6 +101,7 @@ from .store import JobStore
 if TYPE_CHECKING:
     from ..perf.model import PerformanceModel
     from ..perf.restart import RestartModel
+    from ..policies.contract import Actions, ClusterView
 
 log = logging.getLogger("wattsched.live")
 
@@ -141,7 +143,7 @@ def spec_from_observation(
 
 
 def live_capabilities(
-    backend: ClusterBackend, allow_resize: bool, signals: tuple[object, object]
+    backend: ClusterBackend, allow_resize: bool, signals: tuple[object | None, object | None]
 ) -> frozenset[Capability]:
     """What a live run offers its policies: the backend's own capabilities (resizing only where the operator
     allows it), the configured price and carbon signals, and a meter (the agents' metrics, else the model)."""
@@ -175,7 +177,7 @@ def check_live_policies(
     scheduler: Scheduler,
     power_manager: PowerManager | None,
     allow_resize: bool,
-    signals: tuple[object, object] = (None, None),
+    signals: tuple[object | None, object | None] = (None, None),
 ) -> frozenset[Capability]:
     """Refuse, in one line, a scheduler or power manager that needs what this live run lacks."""
     offered = live_capabilities(backend, allow_resize, signals)
@@ -234,7 +236,7 @@ class LiveCluster:
         gpu_type_map: Mapping[str, str] | None = None,
         power_manager: PowerManager | None = None,
         allow_resize: bool = False,
-        signals: tuple[object, object] = (None, None),
+        signals: tuple[TimeSeries | None, TimeSeries | None] = (None, None),
         checkpoint_interval_s: float = 0.0,
         agent_metrics_url: str | None = None,
         restart_model: RestartModel | None = None,
@@ -267,11 +269,13 @@ class LiveCluster:
         self._rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[1])
         self.node_rank = self._rng.permutation(self.spec.num_nodes).astype(np.int64)
         self._bound = False
-        self.validator: ActionValidator | None = None
         self.ids: list[str] = []
         self.index: dict[str, int] = {}
         self.obs: list[JobObs] = []
         self.jobs = JobTable.build([], [], [], [])
+        self.book = self._live_book()
+        self.perf = self._model()
+        self.validator = ActionValidator(self.spec, self.book, self.perf, self.capabilities, self._job_name)
         self._grow_arrays(0)
         self.targets: dict[int, Target] = {}
         self.last_placement: dict[int, Placement] = {}
@@ -299,8 +303,8 @@ class LiveCluster:
 
     # ----- the mirror ----------------------------------------------------------------------------------------
     def _grow_arrays(self, n: int) -> None:
-        def grown(old: np.ndarray | None, fill, dtype) -> np.ndarray:
-            new = np.full(n, fill, dtype=dtype)
+        def grown(old: np.ndarray | None, fill: float, dtype: type) -> np.ndarray:
+            new: np.ndarray = np.full(n, fill, dtype=dtype)
             if old is not None:
                 new[: old.size] = old
             return new
@@ -367,24 +371,20 @@ class LiveCluster:
 
     def _bind(self) -> None:
         """Bind the scheduler at the first jobs; tell it of every later batch (it keeps its state)."""
-        from ..energy.utilisation import job_gpu_load
-        from ..perf.model import PerformanceModel
-
-        self.perf = PerformanceModel(
-            self.jobs, self.spec, job_gpu_load(self.jobs), restart=self.restart_model
-        )
-        if self.validator is None:
-            self.validator = ActionValidator(
-                self.spec, self.book, self.perf, self.capabilities, self._job_name
-            )
-        else:
-            self.validator.rebind(self.book, self.perf)
+        self.perf = self._model()
+        self.validator.rebind(self.book, self.perf)
         ctx = BindContext(self.spec, self.jobs, self._rng, self.node_rank, self.perf)
         if self._bound:
             self.scheduler.on_jobs_added(ctx, self.view, self.actions)
         else:
             self.scheduler.bind(ctx)
             self._bound = True
+
+    def _model(self) -> PerformanceModel:
+        from ..energy.utilisation import job_gpu_load
+        from ..perf.model import PerformanceModel
+
+        return PerformanceModel(self.jobs, self.spec, job_gpu_load(self.jobs), restart=self.restart_model)
 
     def _job_name(self, job: int) -> str:
         return self.ids[job]
@@ -412,12 +412,13 @@ class LiveCluster:
                     except WattschedError as exc:
                         log.warning("job %s left alone: %s", o.job_id, exc)
                         self.status[job] = STATUS_UNSCHEDULABLE
-        seen = set()
+        seen: set[int] = set()
         # Running jobs first: they hold their GPUs for sure, a released one only once it starts.
         for o in sorted(obs.jobs, key=lambda o: o.state != JOB_RUNNING):
-            job = self.index.get(o.job_id)
-            if job is None:
+            known = self.index.get(o.job_id)
+            if known is None:
                 continue
+            job = known
             seen.add(job)
             self.obs[job] = o
             self._update_job(job, o, changes)
@@ -606,7 +607,10 @@ class LiveCluster:
 
     def progress_now(self, jobs: np.ndarray) -> np.ndarray:
         ran = np.maximum(self.now - self.rate_since[jobs], 0.0)
-        return self.progress[jobs] + np.where(self.held_gpus[jobs] > 0, self.rate_now[jobs] * ran, 0.0)
+        done: np.ndarray = self.progress[jobs] + np.where(
+            self.held_gpus[jobs] > 0, self.rate_now[jobs] * ran, 0.0
+        )
+        return done
 
     def _finish(self, job: int, changes: Changes) -> None:
         self._release(job)
@@ -793,7 +797,8 @@ class LiveView:
     # Work is the job's wall-time limit in seconds (the only duration a live user states), done at the model's rate.
     def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
         c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        return np.maximum(c.perf.work[jobs] - c.progress_now(jobs), 0.0)
+        left: np.ndarray = np.maximum(c.perf.work[jobs] - c.progress_now(jobs), 0.0)
+        return left
 
     def work(self, jobs: np.ndarray) -> np.ndarray:
         return self._c.perf.work[np.asarray(jobs, dtype=np.int64)]
@@ -808,13 +813,17 @@ class LiveView:
 
     def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray:
         c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        return c.attained_gpu_s[jobs] + c.held_gpus[jobs] * np.where(
+        attained: np.ndarray = c.attained_gpu_s[jobs] + c.held_gpus[jobs] * np.where(
             c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0
         )
+        return attained
 
     def executed_seconds(self, jobs: np.ndarray) -> np.ndarray:
         c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        return c.executed_s[jobs] + np.where(c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0)
+        held: np.ndarray = c.executed_s[jobs] + np.where(
+            c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0
+        )
+        return held
 
     def last_stop_s(self, jobs: np.ndarray) -> np.ndarray:
         return self._c.last_stop[np.asarray(jobs, dtype=np.int64)]
@@ -1055,3 +1064,11 @@ def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
 
 def _describe(c: LiveCluster, placement: Placement) -> str:
     return ";".join(f"{c.spec.node_names[n]}:{','.join(map(str, g))}" for n, g, _, _ in placement)
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_contract(view: LiveView, actions: LiveActions) -> tuple[ClusterView, Actions]:
+        """Never called: mypy checks here that the live view and actions implement every member of the
+        contract (policies/contract.py)."""
+        return view, actions

@@ -70,7 +70,8 @@ class LivePower:
         self.watch.batch_end(self.manager, self.cluster.view, self.actions, self.counts)
 
     def counts(self) -> list[int]:
-        return np.bincount(self.cluster.power_state, minlength=4).tolist()
+        counts: list[int] = np.bincount(self.cluster.power_state, minlength=4).tolist()
+        return counts
 
     # --- what the manager asks for -------------------------------------------------------------------------------
     def boot(self, nodes: Sequence[int]) -> None:

@@ -212,8 +212,12 @@ def check(
     with user_errors():
         cfg = SimulationConfig(queue="fifo", placement=placement)
         fake = None if slurm else FakeSlurm.uniform(3)
-        runner = subprocess_runner() if slurm else fake
-        backend = SlurmBackend(runner=runner, clock=time.time if slurm else (lambda: fake.now))
+        if fake is None:
+            runner = subprocess_runner()
+            backend = SlurmBackend(runner=runner, clock=time.time)
+        else:
+            runner, in_memory = fake, fake
+            backend = SlurmBackend(runner=runner, clock=lambda: in_memory.now)
         durations = {}
         for j in DEFAULT_SCRIPT:
             if fake is not None:

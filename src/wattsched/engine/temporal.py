@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sortedcontainers import SortedList
@@ -1109,3 +1110,12 @@ class SimView:
     @property
     def changes(self) -> ChangeSet:
         return self._sim.changes.since_decision()
+
+
+if TYPE_CHECKING:
+    from ..policies.contract import Actions, ClusterView
+
+    def _implements_the_contract(view: SimView, actions: SimActions) -> tuple[ClusterView, Actions]:
+        """Never called: mypy checks here that the simulator's view and actions implement every member of the
+        contract (policies/contract.py)."""
+        return view, actions

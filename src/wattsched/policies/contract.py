@@ -90,6 +90,13 @@ def check_capabilities(
             )
 
 
+class TimeSeries(Protocol):
+    """A price or carbon series on the run's clock (seconds since its origin), as ``energy/signals.py`` aligns
+    one."""
+
+    def value_at(self, t: np.ndarray) -> np.ndarray: ...
+
+
 class InvalidDecision(WattschedError):
     """A policy asked for something illegal (over-allocation, unknown job, memory that does not fit)."""
 
@@ -193,11 +200,9 @@ class ChangeCounter:
         self._mark: list[int] | None = None
 
     def since_decision(self) -> ChangeSet:
-        mark = self._mark
-        if mark is None:
-            return ChangeSet(*self.counts, first=True)
-        c = self.counts
-        return ChangeSet(*(c[i] - mark[i] for i in range(7)), first=False)
+        c, mark = self.counts, self._mark
+        diff = c if mark is None else [c[i] - mark[i] for i in range(7)]
+        return ChangeSet(diff[0], diff[1], diff[2], diff[3], diff[4], diff[5], diff[6], first=mark is None)
 
     def total(self) -> int:
         return sum(self.counts)
