@@ -216,8 +216,8 @@ NO_RESTART = RestartModel("fixed", fixed_s=0.0)
 POWER_STATES = PowerStateConfig(boot_time_s=0.0, shutdown_time_s=0.0, idle_timeout_s=120.0)
 
 
-def script_jobs() -> JobTable:
-    names, submit, gpus, duration = zip(*SCRIPT, strict=True)
+def script_jobs(script: tuple[tuple[str, int, int, int], ...] = SCRIPT) -> JobTable:
+    names, submit, gpus, duration = zip(*script, strict=True)
     return JobTable.build(
         job_id=list(names), submit_s=list(submit), duration_s=list(duration), num_gpu=list(gpus),
         cpu_milli=[1000] * len(names), memory_mib=[0] * len(names), gpu_spec=["A100"] * len(names),
@@ -232,9 +232,14 @@ def script_spec() -> ClusterSpec:
     )  # fmt: skip
 
 
-def run_simulator(scheduler: Scheduler, manager: PowerManager | None, price: Any = None) -> list[Entry]:
+def run_simulator(
+    scheduler: Scheduler,
+    manager: PowerManager | None,
+    price: Any = None,
+    script: tuple[tuple[str, int, int, int], ...] = SCRIPT,
+) -> list[Entry]:
     log = Log(lambda view, j: str(view.jobs.job_id[j]))
-    jobs = script_jobs()
+    jobs = script_jobs(script)
     spec = script_spec()
     perf = PerformanceModel(jobs, spec, job_gpu_load(jobs), restart=NO_RESTART)
     rng = np.random.default_rng(np.random.SeedSequence(42).spawn(3)[1])
@@ -388,3 +393,45 @@ def first_difference(a: list[Entry], b: list[Entry], tolerance_s: float = 0.0) -
         who = "simulator" if longer is a else "live"
         return f"{who} has {abs(len(a) - len(b))} more: {longer[min(len(a), len(b))]}"
     return None
+
+
+def run_real_slurm(
+    slurm: Any,
+    scheduler: Scheduler,
+    script: tuple[tuple[str, int, int, int], ...],
+    tmp_path: Any,
+    timeout_s: float = 120.0,
+) -> list[Entry]:
+    """The script on a real local Slurm (tests/slurm_fixtures.py): every job submitted held at once, a ``sleep``
+    of its duration, placed by the wrapped scheduler; the log in seconds since the mirror's origin."""
+    import time
+
+    from wattsched.backends.slurm.backend import subprocess_runner
+
+    names: dict[str, str] = {}
+    log = Log(lambda view, j: names.get(str(view.jobs.job_id[j]), str(view.jobs.job_id[j])))
+    submitted = []
+    # Time limits (whole minutes in Slurm) in the order of the durations: the one duration a live job states, so
+    # that a policy ordering by it (sjf) orders as the simulator does by the true durations.
+    rank = {name: k + 1 for k, (name, *_rest) in enumerate(sorted(script, key=lambda s: s[3]))}
+    for name, _, gpus, duration in script:
+        out = slurm.run(["sbatch", "--parsable", "--hold", "-N1", f"--gres=gpu:a100:{gpus}", f"--time={rank[name]}",
+                         f"--job-name={name}", "--wrap", f"sleep {duration}"]).stdout  # fmt: skip
+        job_id = out.strip().split(";")[0]
+        names[job_id] = name
+        submitted.append(job_id)
+    backend = SlurmBackend(
+        runner=subprocess_runner(env=slurm.env), retry_wait_s=0.2, wakes_nodes_for_jobs=False
+    )
+    driver = LiveDriver(backend, RecordingScheduler(scheduler, log), JobStore(tmp_path / "real.sqlite"))
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            driver.step()
+            c = driver.cluster
+            if c is not None and all(job in c.index and c.status[c.index[job]] >= 3 for job in submitted):
+                break  # STATUS_DONE and beyond
+            time.sleep(0.1)
+    finally:
+        slurm.run(["scancel", *submitted], check=False)
+    return log.entries
