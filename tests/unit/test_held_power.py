@@ -239,7 +239,7 @@ def test_live_power_estimate_charges_a_starting_job_the_held_draw():
     (job,) = c.targets
     assert c.phase[job] == PHASE_RELEASED
     held_w = 50 + (149.3 - 78.1) / (700 - 78.1) * (400 - 50)  # A100, reconstructed: 90.07 W
-    model = driver.power_model
+    model = c.meter.model
     rest = float(model.cpu_w(c.state.cpu_left, np.arange(1))[0]) + model.default_node_base_w + 2 * 50
     assert driver.power_estimate_w() == pytest.approx(rest + 2 * held_w, rel=1e-12)
     fake.advance(fake.now + 1)

@@ -131,7 +131,6 @@ class LiveDriver:
             )  # fmt: skip
         c = self.cluster
         changes = c.update(obs)
-        c.meter.sample()
         if first:
             self.scheduler.on_start(c.view, c.actions)
             if c.power is not None:
@@ -170,6 +169,7 @@ class LiveDriver:
         c.run_due_timers(power_manager=True)
         if c.power is not None:
             c.power.batch_end()
+        c.meter.sample()  # energy to now at the power held since the last step; from now, the power after it
         if self.metrics:
             self._update_gauges(c, self.metrics)
         return result

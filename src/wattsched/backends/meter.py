@@ -70,7 +70,7 @@ class LiveMeter:
         n = cluster.spec.num_nodes
         self.measured_gpu_w = np.full(n, np.nan)  # last agent reading per node (NaN: none)
         self._scraped_at = -np.inf
-        self.power_w = 0.0
+        self._held_w = 0.0  # the power at the last sample, held until the next one (energy)
         self.energy_j = 0.0
         self.source = "model"
         self._last_s: float | None = None
@@ -79,11 +79,17 @@ class LiveMeter:
         """After an observation: energy since the last one at the power then, then the power now."""
         now = self.cluster.now
         if self._last_s is not None and now > self._last_s:
-            self.energy_j += self.power_w * (now - self._last_s)
+            self.energy_j += self._held_w * (now - self._last_s)
         self._last_s = now
         if self.url is not None and time.monotonic() - self._scraped_at >= self.scrape_interval_s:
             self._scrape()
-        self.power_w = self._power_now()
+        self._held_w = self.power_w
+
+    @property
+    def power_w(self) -> float:
+        """Cluster power now: the agents' last readings where there are any, the model for the rest (and for
+        what the mirror changed since, e.g. jobs started by this decision)."""
+        return self._power_now()
 
     def _scrape(self) -> None:
         self._scraped_at = time.monotonic()
