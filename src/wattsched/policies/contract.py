@@ -472,7 +472,7 @@ class AllocationPolicy(ABC):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     reconstructed: ClassVar[bool] = False
-    basis: ClassVar[str] = ""
+    basis: str = ""  # per instance where the parameters shape it (EaCO)
     needs_models: ClassVar[bool] = False  # needs a job performance model (model names assigned if missing)
     default_round_s: ClassVar[float | None] = None  # the policy's published interval, if any
     decide_on_arrival: ClassVar[bool] = False
@@ -525,7 +525,7 @@ class PowerManager:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     reconstructed: ClassVar[bool] = False
-    basis: ClassVar[str] = ""
+    basis: str = ""  # per instance where the parameters shape it (EaCO)
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POWERS_NODES})
 
     def on_start(self, view: ClusterView, actions: Actions) -> None: ...
