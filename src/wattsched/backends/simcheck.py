@@ -10,12 +10,19 @@ nodes each job ran on, and the order in which jobs started.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from ..core.jobs import JobTable
 from ..experiments.config import SimulationConfig
+from ..policies.base import Placement
 from .driver import LiveDriver
+
+if TYPE_CHECKING:
+    from ..engine.temporal import RunOutcome
+    from .live import LiveCluster
 
 
 @dataclass(frozen=True)
@@ -25,12 +32,21 @@ class ScriptedJob:
     num_nodes: int = 1
 
 
-def simulate_like(driver: LiveDriver, cfg: SimulationConfig, durations_s: dict[str, float]):
+def _live_cluster(driver: LiveDriver) -> LiveCluster:
+    """The live run's mirror of the cluster (the driver builds it on its first observation)."""
+    c = driver.cluster
+    assert c is not None, "the live run has not observed its cluster yet"
+    return c
+
+
+def simulate_like(
+    driver: LiveDriver, cfg: SimulationConfig, durations_s: dict[str, float]
+) -> tuple[JobTable, RunOutcome]:
     """Simulate the live run's jobs (by their ids' scripted durations) on its cluster with its scheduler."""
     from ..engine.temporal import Simulator
     from ..experiments.run import build_scheduler
 
-    c = driver.cluster
+    c = _live_cluster(driver)
     jobs = c.jobs
     duration = np.array([durations_s[str(j)] for j in jobs.job_id], dtype=np.float64)
     jobs = replace(jobs, duration_s=duration)
@@ -44,7 +60,7 @@ def simulate_like(driver: LiveDriver, cfg: SimulationConfig, durations_s: dict[s
 
 def compare(driver: LiveDriver, cfg: SimulationConfig, durations_s: dict[str, float]) -> pd.DataFrame:
     """One row per job: live and simulated nodes and start rank, and whether they agree."""
-    c = driver.cluster
+    c = _live_cluster(driver)
     jobs, outcome = simulate_like(driver, cfg, durations_s)
     names = c.spec.node_names
     sim_nodes = [
@@ -68,7 +84,7 @@ def compare(driver: LiveDriver, cfg: SimulationConfig, durations_s: dict[str, fl
     return frame
 
 
-def _placement(c, job: int):
+def _placement(c: LiveCluster, job: int) -> Placement:
     """What the job holds, else what it held last (empty if it never ran)."""
     return c.targets[job].placement if job in c.targets else c.last_placement.get(job, ())
 

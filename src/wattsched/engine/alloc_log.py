@@ -55,7 +55,15 @@ class AllocationLog:
         return sid
 
     def append(
-        self, time: float, job: int, alloc: int, load: float, rate: float, phase: int, setting: int, lost=0.0
+        self,
+        time: float,
+        job: int,
+        alloc: int,
+        load: float,
+        rate: float,
+        phase: int,
+        setting: int,
+        lost: float = 0.0,
     ) -> None:
         self._flat.extend((time, job, alloc, load, rate, phase, setting, lost))
 

@@ -38,10 +38,11 @@ import numpy as np
 from ..core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
 from .observers import Observer
-from .power import NodePower
+from .power import NodePower, Transition
 from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
 
 if TYPE_CHECKING:
+    from ..energy.signals import AlignedSignal
     from .temporal import Simulator
 
 COMPONENTS = (
@@ -71,8 +72,8 @@ class EnergyLedger(Observer):
         pue: float = 1.0,
         controller: NodePower | None = None,
         off_power_w: float = 0.0,
-        price=None,
-        carbon=None,
+        price: AlignedSignal | None = None,
+        carbon: AlignedSignal | None = None,
     ):
         self.model = model
         self.node_base_w = node_base_w
@@ -87,7 +88,7 @@ class EnergyLedger(Observer):
         self.cost_usd: float | None = None
         self.co2_kg: float | None = None
         self._end_state: np.ndarray | None = None
-        self._tail: tuple[list, float, bool] = ([], 0.0, True)
+        self._tail: tuple[list[Transition], float, bool] = ([], 0.0, True)
 
     @property
     def energy_j(self) -> dict[str, float]:
@@ -109,7 +110,7 @@ class EnergyLedger(Observer):
         )
         self._tail = ([], self.t_end, True)
 
-    def on_tail(self, transitions: list, drained_to_s: float, settled: bool) -> None:
+    def on_tail(self, transitions: list[Transition], drained_to_s: float, settled: bool) -> None:
         """The node power transitions after the run's own end (``Simulator.run`` drains the power manager's
         timers with no jobs), how far they were played out, and whether no timer was left."""
         self._tail = (list(transitions), float(drained_to_s), bool(settled))
@@ -160,8 +161,11 @@ class EnergyLedger(Observer):
         )
 
     # --- building the segments ------------------------------------------------------------------------------
-    def _allocations(self, sim: Simulator):
-        """Flatten the allocation log into per-node and per-GPU holding intervals (job order, then time)."""
+    def _allocations(
+        self, sim: Simulator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """Flatten the allocation log into per-node and per-GPU holding intervals (job order, then time):
+        (node rows [interval, node, cpu], GPU rows [interval, flat GPU], start, end, load, computing, GPU width)."""
         width = max(sim.spec.max_gpus_per_node, 1)
         rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load", "phase"))
         placements = sim.log.placements
@@ -232,7 +236,15 @@ class EnergyLedger(Observer):
         }
         self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
 
-    def _gpu_segments(self, gpus: np.ndarray, start, end, load, computing, width: int):
+    def _gpu_segments(
+        self,
+        gpus: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        load: np.ndarray,
+        computing: np.ndarray,
+        width: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """GPU segments while a GPU holds a job: where an interval starts, events +load (computing only) and +1
         computing or +1 held job; the opposite at its end. Returns (t0, dt, node, draw W, held excess W,
         computing) per segment."""
@@ -259,7 +271,9 @@ class EnergyLedger(Observer):
         )
         return t[k], dt, node, draw, held, computing_now
 
-    def _node_segments(self, sim: Simulator, nodes: np.ndarray, start, end):
+    def _node_segments(
+        self, sim: Simulator, nodes: np.ndarray, start: np.ndarray, end: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Node segments: initial ON state, CPU deltas, power-state transitions and a closing event, per node."""
         n = sim.spec.num_nodes
         a_job, a_node, a_cpu = nodes[:, 0], nodes[:, 1], nodes[:, 2]
@@ -298,7 +312,7 @@ class EnergyLedger(Observer):
             self._step_t = np.zeros(0)
             self._step = {name: np.zeros(0) for name in self._step}
         if self.controller is not None:
-            counts = self._state_counts(len(self.model.gpu_count))
+            counts = self._state_counts(self.controller.transitions, len(self.model.gpu_count))
             cidx = np.searchsorted(counts[0], times, side="right") - 1
             rows = counts[1][np.maximum(cidx, 0)]
             out["nodes_on"] = rows[:, ON]
@@ -306,9 +320,9 @@ class EnergyLedger(Observer):
             out["nodes_booting"] = rows[:, BOOTING] + rows[:, SHUTTING_DOWN]
         return out
 
-    def _state_counts(self, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    def _state_counts(self, transitions: list[Transition], num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
         """(times, nodes per power state after each time), starting with every node on."""
-        trans = np.array(self.controller.transitions, dtype=np.float64).reshape(-1, 4)
+        trans = np.array(transitions, dtype=np.float64).reshape(-1, 4)
         delta = np.zeros((len(trans) + 1, 4), dtype=np.int64)
         delta[0, ON] = num_nodes
         rows = np.arange(1, len(trans) + 1)

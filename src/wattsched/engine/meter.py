@@ -101,10 +101,11 @@ class PowerMeter(Observer):
     def catch_up(self, sim: Simulator) -> None:
         """Replay the log rows and power transitions appended since the last query, up to ``sim.now``."""
         log = sim.log
-        rows = log.columns() if len(log) > self.rows_seen else None
+        # The log's columns when it has rows not yet replayed (none otherwise: no row event is then queued).
+        rows: dict[str, np.ndarray] = log.columns() if len(log) > self.rows_seen else {}
         transitions = sim.power.transitions if sim.power is not None else []
         events: list[tuple[float, int, int]] = []  # (time, 0 = log row / 1 = transition, index)
-        if rows is not None:
+        if rows:
             events += [
                 (t, 0, i) for i, t in enumerate(rows["time_s"][self.rows_seen :].tolist(), self.rows_seen)
             ]

@@ -33,7 +33,9 @@ class PackingObserver:
         return ()
 
 
-def arrival_order(jobs: JobTable, cluster: ClusterSpec, inflate: float, shuffle: bool, rng) -> np.ndarray:
+def arrival_order(
+    jobs: JobTable, cluster: ClusterSpec, inflate: float, shuffle: bool, rng: np.random.Generator
+) -> np.ndarray:
     """Indices of the pods to submit, in order, after shuffling and inflation."""
     by_name = np.argsort(jobs.job_id.astype(str), kind="stable")
     order = by_name[rng.permutation(by_name.size)] if shuffle else by_name

@@ -9,6 +9,7 @@ decision (``policies.power``); this module only carries decisions out and tells 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +20,11 @@ from ..policies.contract import BOOTED, SWITCHED_OFF, PowerManager
 from ..policies.power import BlockedWatch
 
 if TYPE_CHECKING:
+    from ..policies.contract import Actions, ClusterView
     from .temporal import Simulator
+
+# One node power transition: (time, node, new state, old state).
+Transition = tuple[float, int, int, int]
 
 
 class PowerStateConfig(BaseModel):
@@ -48,7 +53,7 @@ class NodePower:
         self.manager = manager
         self.config = config
         # (time, node, new state, old state): the one record of power states; counters below derive from it.
-        self.transitions: list[tuple[float, int, int, int]] = []
+        self.transitions: list[Transition] = []
         self.counts = [0, 0, 0, 0]  # live nodes per state, needed at every event
         self.end_time = 0.0
         self.booting_gpus = 0.0
@@ -65,12 +70,12 @@ class NodePower:
         self.manager.on_start(sim.view, sim.actions_for_power)
 
     # --- what the engine tells it ---------------------------------------------------------------------------
-    def job_started(self, job: int, nodes) -> None:
+    def job_started(self, job: int, nodes: Iterable[int]) -> None:
         for node in nodes:
             self.idle_since[node] = math.inf
         self.manager.on_job_start(self.sim.view, self.sim.actions_for_power, job)
 
-    def job_left(self, nodes) -> None:
+    def job_left(self, nodes: Iterable[int]) -> None:
         jobs_on_node = self.sim.state.jobs_on_node
         for node in nodes:
             if jobs_on_node[node] == 0:
@@ -101,7 +106,7 @@ class NodePower:
         elif new_state == SHUTTING_DOWN:
             self.sim.changes.counts[SWITCHED_OFF] += 1
 
-    def shutdown(self, nodes) -> None:
+    def shutdown(self, nodes: Iterable[int]) -> None:
         sim = self.sim
         nodes = [n for n in nodes if self.power_state[n] == ON and sim.state.jobs_on_node[n] == 0]
         if not nodes:
@@ -111,13 +116,13 @@ class NodePower:
             self._set(node, SHUTTING_DOWN)
             self.idle_since[node] = math.inf
 
-        def done(view, actions) -> None:
+        def done(view: ClusterView, actions: Actions) -> None:
             for node in nodes:
                 self._set(node, OFF)
 
         sim.schedule(sim.now + self.config.shutdown_time_s, done)
 
-    def boot(self, nodes) -> None:
+    def boot(self, nodes: Iterable[int]) -> None:
         sim = self.sim
         nodes = [n for n in nodes if self.power_state[n] == OFF]
         if not nodes:
@@ -125,7 +130,7 @@ class NodePower:
         for node in nodes:
             self._set(node, BOOTING)
 
-        def done(view, actions) -> None:
+        def done(view: ClusterView, actions: Actions) -> None:
             sim.state.set_available(np.asarray(nodes), True)
             for node in nodes:
                 self._set(node, ON)

@@ -14,11 +14,14 @@ GPUs, idle CPUs and base; booting or shutting down, its idle power and base; off
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core.errors import WattschedError
+
+if TYPE_CHECKING:
+    from ..energy.signals import AlignedSignal
 
 J_PER_KWH = 3.6e6
 # Components a node draws with no jobs (pre-PUE), in ``ledger.COMPONENTS``' order; with no job nothing computes or
@@ -60,7 +63,9 @@ class PowerTail:
         """Energy (kWh) from the first submission to `end`, or to the run's own end if that is later."""
         return float(self.over(max(end, self.end_s))["energy_kwh"])
 
-    def over(self, end: float, price=None, carbon=None) -> dict[str, Any]:
+    def over(
+        self, end: float, price: AlignedSignal | None = None, carbon: AlignedSignal | None = None
+    ) -> dict[str, Any]:
         """Energy (kWh, per component), cost (USD), carbon (kg) and mean power (kW) over [start_s, end].
 
         `price`/`carbon` are the run's aligned signals (``energy.signals.AlignedSignal``); cost or carbon is

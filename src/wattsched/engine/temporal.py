@@ -63,7 +63,10 @@ from ..policies.validation import ActionValidator
 from .alloc_log import NO_ALLOC, AllocationLog
 from .meter import PowerMeter
 from .observers import Observer
-from .power import NodePower
+from .power import NodePower, Transition
+
+if TYPE_CHECKING:
+    from ..energy.signals import AlignedSignal
 
 # Event kinds, in the order they run at equal times: completions free resources first, then restarts end, then
 # callbacks (power transitions, rounds, wake-ups). A power manager's own timers run last, after the scheduling
@@ -82,6 +85,11 @@ TAIL_MAX_TIMERS = 200_000
 # one and no wake-up the policy asked for, and that change nothing themselves: the run can never progress.
 STALL_DECISIONS = 100
 _PENDING_CHUNK = 16
+
+# A heap entry: (time, kind, sequence, job, payload). The payload of a completion or restart end is the job's
+# version when it was pushed; that of a callback or power timer is (callback, the actions it is called with).
+_Callback = tuple[WakeCallback, "SimActions"]
+_HeapEntry = tuple[float, int, int, int, int | _Callback]
 
 
 # Why a simulation may lack a capability: the run's settings, not the simulator.
@@ -108,7 +116,7 @@ def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
     return frozenset((node, g) for node, gpus, _, _ in placement for g in gpus)
 
 
-def _implementing(observers: list[Observer], hook: str) -> list:
+def _implementing(observers: list[Observer], hook: str) -> list[Callable[..., None]]:
     """Bound `hook` methods of the observers that override the base class's no-op."""
     base = getattr(Observer, hook)
     return [getattr(o, hook) for o in observers if getattr(type(o), hook) is not base]
@@ -151,7 +159,7 @@ class Simulator:
         check_invariants: bool = False,
         progress: Callable[[int, int], None] | None = None,
         power_meter: PowerMeter | None = None,
-        signals: tuple = (None, None),
+        signals: tuple[AlignedSignal | None, AlignedSignal | None] = (None, None),
     ):
         from ..energy.utilisation import job_gpu_load
 
@@ -232,7 +240,7 @@ class Simulator:
         self._pending: SortedList = SortedList()
         self._deferred: set[int] = set()  # pending on purpose (Decision.defer): outside the queue
         self.keep_free_gpus = 0.0  # headroom asked for by the policy (Decision.keep_free_gpus)
-        self._heap: list[tuple[float, int, int, int, object]] = []
+        self._heap: list[_HeapEntry] = []
         self._seq = 0
         self._released = True
         self._pass_due = False  # a round asked for a decision after this batch's events
@@ -311,7 +319,8 @@ class Simulator:
             while heap and heap[0][0] <= t and heap[0][1] != KIND_POWER_TIMER:
                 _, kind, _, ref, payload = heapq.heappop(heap)
                 if kind == KIND_CALLBACK:
-                    callback, actions = payload  # type: ignore[misc]
+                    assert isinstance(payload, tuple)
+                    callback, actions = payload
                     callback(self.view, actions)
                 elif payload == self.version[ref] and status[ref] == STATUS_RUNNING:
                     if kind == KIND_COMPLETION:
@@ -345,7 +354,9 @@ class Simulator:
             # Power-manager timers, after the decision. Events the decision pushed for this instant (heap order puts
             # them first) stop this loop and run in the next iteration at the same time, timers after them.
             while heap and heap[0][0] <= t and heap[0][1] == KIND_POWER_TIMER:
-                _, _, _, _, (callback, actions) = heapq.heappop(heap)
+                payload = heapq.heappop(heap)[4]
+                assert isinstance(payload, tuple)
+                callback, actions = payload
                 callback(self.view, actions)
             if self.check:
                 self._check_invariants()
@@ -377,7 +388,7 @@ class Simulator:
             self.lost_gpu_s,
         )
 
-    def _drain_power_tail(self) -> tuple[list, float, bool]:
+    def _drain_power_tail(self) -> tuple[list[Transition], float, bool]:
         """Play out the power manager's timers after the last completion, with no jobs, and return the node
         power transitions this adds, how far it went and whether no power timer was left. The run's own records
         are left as they were at its end: the transitions are taken back off the controller's log and the clock
@@ -387,8 +398,11 @@ class Simulator:
         assert power is not None
         mine = self.actions_for_power
 
-        def powers(entry) -> bool:  # the manager's timers and the ends of its boots and shutdowns
-            return entry[1] == KIND_POWER_TIMER or (entry[1] == KIND_CALLBACK and entry[4][1] is mine)
+        def powers(entry: _HeapEntry) -> bool:  # the manager's timers and the ends of its boots and shutdowns
+            payload = entry[4]
+            return entry[1] == KIND_POWER_TIMER or (
+                entry[1] == KIND_CALLBACK and isinstance(payload, tuple) and payload[1] is mine
+            )
 
         end, mark = self.now, len(power.transitions)
         horizon = end + TAIL_HORIZON_S
@@ -404,7 +418,9 @@ class Simulator:
             while heap and heap[0][0] <= t and calls < TAIL_MAX_TIMERS:
                 entry = heapq.heappop(heap)
                 if powers(entry):
-                    callback, actions = entry[4]  # type: ignore[misc]
+                    payload = entry[4]
+                    assert isinstance(payload, tuple)
+                    callback, actions = payload
                     callback(self.view, actions)
                     calls += 1
             power.batch_end()
@@ -456,7 +472,7 @@ class Simulator:
         )
 
     # ----- job lifecycle ------------------------------------------------------------------------------------------
-    def _push(self, time: float, kind: int, ref: int, payload: object) -> None:
+    def _push(self, time: float, kind: int, ref: int, payload: int | _Callback) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (time, kind, self._seq, ref, payload))
 
@@ -1001,9 +1017,9 @@ class SimView:
 
     def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
         sim = self._sim
-        jobs = np.asarray(jobs, dtype=np.int64)
-        elapsed = np.where(sim.status[jobs] == STATUS_RUNNING, sim.now - sim.last_update[jobs], 0.0)
-        return np.maximum(sim.remaining[jobs] - elapsed * sim.rate[jobs], 0.0)
+        idx = np.asarray(jobs, dtype=np.int64)
+        elapsed = np.where(sim.status[idx] == STATUS_RUNNING, sim.now - sim.last_update[idx], 0.0)
+        return np.maximum(sim.remaining[idx] - elapsed * sim.rate[idx], 0.0)
 
     def work(self, jobs: np.ndarray) -> np.ndarray:
         return self._sim.work[np.asarray(jobs, dtype=np.int64)]
@@ -1018,16 +1034,16 @@ class SimView:
 
     def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray:
         sim = self._sim
-        jobs = np.asarray(jobs, dtype=np.int64)
-        holding = sim.alloc_id[jobs] != NO_ALLOC
-        extra = np.where(holding, sim.held_gpus[jobs] * (sim.now - sim.hold_since[jobs]), 0.0)
-        return sim.attained_gpu_s[jobs] + extra
+        idx = np.asarray(jobs, dtype=np.int64)
+        holding = sim.alloc_id[idx] != NO_ALLOC
+        extra = np.where(holding, sim.held_gpus[idx] * (sim.now - sim.hold_since[idx]), 0.0)
+        return sim.attained_gpu_s[idx] + extra
 
     def executed_seconds(self, jobs: np.ndarray) -> np.ndarray:
         sim = self._sim
-        jobs = np.asarray(jobs, dtype=np.int64)
-        holding = sim.alloc_id[jobs] != NO_ALLOC
-        return sim.executed_s[jobs] + np.where(holding, sim.now - sim.hold_since[jobs], 0.0)
+        idx = np.asarray(jobs, dtype=np.int64)
+        holding = sim.alloc_id[idx] != NO_ALLOC
+        return sim.executed_s[idx] + np.where(holding, sim.now - sim.hold_since[idx], 0.0)
 
     def last_stop_s(self, jobs: np.ndarray) -> np.ndarray:
         return self._sim.last_stop[np.asarray(jobs, dtype=np.int64)]

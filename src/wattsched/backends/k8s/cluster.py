@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ...core.capacity import can_ever_fit
 from ...core.cluster import MILLI, ClusterSpec, ClusterState
@@ -264,8 +265,8 @@ class K8sCluster:
                 return self.forget(pod.uid)
             held = self.held.get(pod.uid)
             if held is not None:
-                node = held[1][0][0]
-                if str(self.spec.node_names[node]) == pod.node_name:
+                held_on = held[1][0][0]
+                if str(self.spec.node_names[held_on]) == pod.node_name:
                     self.in_flight.discard(pod.uid)  # confirmed
                     return False
                 self.forget(pod.uid)  # bound elsewhere than wattsched assumed (another binder won)
@@ -305,7 +306,8 @@ def extender_scores(raw: np.ndarray, best: int) -> np.ndarray:
 
 
 def _node_can_ever_host(spec: ClusterSpec, nodes: np.ndarray, req: JobRequest) -> np.ndarray:
-    ok = (spec.cpu_milli[nodes] >= req.cpu_milli) & (spec.memory_mib[nodes] >= req.memory_mib)
+    cpu_ok, memory_ok = spec.cpu_milli[nodes] >= req.cpu_milli, spec.memory_mib[nodes] >= req.memory_mib
+    ok: npt.NDArray[np.bool_] = cpu_ok & memory_ok
     if req.num_gpu:
         ok &= spec.gpu_count[nodes] >= (req.num_gpu if req.gpu_milli >= MILLI else 1)
     return ok

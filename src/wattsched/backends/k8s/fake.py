@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ class FakeResponse:
     lines: list[bytes] = field(default_factory=list)
     status: int = 200
 
-    def stream(self, amt=None, decode_content=False) -> Iterator[bytes]:
+    def stream(self, amt: int | None = None, decode_content: bool = False) -> Iterator[bytes]:
         yield from self.lines
 
     def release_conn(self) -> None: ...
@@ -107,14 +107,14 @@ class FakeCoreV1Api:
         self.log.append((self.version, kind, json.loads(line)["object"], line))
 
     def add_node(self, node: Mapping[str, Any]) -> None:
-        node = copy.deepcopy(dict(node))
-        self.nodes[node["metadata"]["name"]] = node
-        self._record("Node", "ADDED", node)
+        obj = copy.deepcopy(dict(node))
+        self.nodes[obj["metadata"]["name"]] = obj
+        self._record("Node", "ADDED", obj)
 
     def add_pod(self, pod: Mapping[str, Any]) -> None:
-        pod = copy.deepcopy(dict(pod))
-        self.pods[_key(pod)] = pod
-        self._record("Pod", "ADDED", pod)
+        obj = copy.deepcopy(dict(pod))
+        self.pods[_key(obj)] = obj
+        self._record("Pod", "ADDED", obj)
 
     def delete_pod(self, key: str) -> None:
         pod = self.pods.pop(key)
@@ -249,9 +249,9 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name)
 
 
-def _selector(text: str | None):
+def _selector(text: str | None) -> Callable[[Mapping[str, Any]], bool]:
     """``spec.schedulerName=X,spec.nodeName=`` as a predicate over pods."""
-    terms = []
+    terms: list[tuple[list[str], str]] = []
     for part in (text or "").split(","):
         if not part:
             continue

@@ -142,9 +142,14 @@ def pod_request(pod: Any) -> PodRequest:
             raise PodError(f"{where}: a share of a GPU ({GPU_MILLI_ANNOTATION}={gpu_milli}) must use one GPU")
         num_gpu = count
     gpu_spec = str(annotations.get(GPU_MODEL_KEY) or "").strip()
-    unknown = [m for m in gpu_spec.split("|") if m.strip() and catalog_model(m.strip()) is None]
-    if unknown:
-        raise PodError(f"{where}: GPU model {unknown[0]!r} ({GPU_MODEL_KEY}) is not in wattsched's catalog")
+    models: list[str] = []  # the catalog's names of the models asked for
+    for m in gpu_spec.split("|"):
+        if not m.strip():
+            continue
+        model = catalog_model(m.strip())
+        if model is None:
+            raise PodError(f"{where}: GPU model {m!r} ({GPU_MODEL_KEY}) is not in wattsched's catalog")
+        models.append(model)
     return PodRequest(
         uid=str(meta.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,
@@ -153,7 +158,7 @@ def pod_request(pod: Any) -> PodRequest:
         gpu_milli=gpu_milli if num_gpu else 0,
         cpu_milli=math.ceil(cpu * MILLI - 1e-9),
         memory_mib=math.ceil(mem / 2**20 - 1e-9),
-        gpu_spec="|".join(catalog_model(m.strip()) for m in gpu_spec.split("|") if m.strip()),
+        gpu_spec="|".join(models),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or "Pending"),

@@ -25,6 +25,7 @@ from typing import Any
 
 from ...core.jobs import JobTable
 from ...policies.base import Placement, PlacementPolicy
+from .cluster import K8sCluster
 from .informer import api_status
 from .objects import PodError, PodRequest
 from .watcher import ClusterWatcher
@@ -51,7 +52,8 @@ class EventSender:
         self.api = api
         self.component = component
         self.enabled = enabled
-        self.queue: queue.Queue = queue.Queue()
+        # (pod, reason, message, kind) of each event to post
+        self.queue: queue.Queue[tuple[PodRequest, str, str, str]] = queue.Queue()
         self.thread: threading.Thread | None = None
         self.posted = 0
 
@@ -141,27 +143,36 @@ class CustomScheduler(ClusterWatcher):
         self.placements: dict[str, tuple[str, Placement]] = {}  # uid -> (node, placement) as bound
 
     def on_pending(self, pod: PodRequest) -> None:
-        cluster = self.cluster
-        if pod.scheduler_name != self.scheduler_name or pod.uid in cluster.held or pod.uid in self.waiting:
+        if pod.scheduler_name != self.scheduler_name:
             return
-        self._schedule(pod)
+        cluster = self._mirror()
+        if pod.uid in cluster.held or pod.uid in self.waiting:
+            return
+        self._schedule(cluster, pod)
 
     def on_released(self) -> None:
         for uid in list(self.waiting):
             pod = self.waiting.pop(uid)
             if uid in self.pending:
-                self._schedule(pod)
+                self._schedule(self._mirror(), pod)
+
+    def _mirror(self) -> K8sCluster:
+        """The cluster mirror: the watcher calls `on_pending` and `on_released` only once it has one."""
+        cluster = self.cluster
+        assert cluster is not None, "a scheduling hook ran before the cluster mirror was built"
+        return cluster
 
     def on_unreadable(self, raw: Mapping[str, Any], exc: PodError) -> None:
         spec = raw.get("spec") if isinstance(raw, Mapping) else None
         if isinstance(spec, Mapping) and spec.get("schedulerName") == self.scheduler_name:
-            meta = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
+            meta = raw.get("metadata")
+            if not isinstance(meta, Mapping):
+                meta = {}
             pod = PodRequest(str(meta.get("uid") or ""), str(meta.get("namespace") or "default"),
                              str(meta.get("name") or "?"), 0, 0, 0, 0, "")  # fmt: skip
             self._report(pod, f"unreadable pod: {exc}")
 
-    def _schedule(self, pod: PodRequest) -> bool:
-        cluster = self.cluster
+    def _schedule(self, cluster: K8sCluster, pod: PodRequest) -> bool:
         if cluster.never_fits(cluster.request(pod)):
             self._report(pod, "fits no node of this cluster, even empty")
             return False

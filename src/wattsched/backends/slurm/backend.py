@@ -33,7 +33,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ...energy.dvfs import GpuSetting
 from ...policies.contract import Capability
@@ -55,6 +55,7 @@ from ..base import (
 )
 
 log = logging.getLogger("wattsched.slurm")
+_R = TypeVar("_R")  # what a record parser returns (`SlurmBackend._records`)
 
 Runner = Callable[[Sequence[str]], str]  # argv -> stdout; raises BackendError
 
@@ -323,8 +324,8 @@ class SlurmBackend:
         return restarts > 0 and eligible > self.clock()
 
     @staticmethod
-    def _records(raw: list, parse, what: str, warnings: list[str]) -> list:
-        out = []
+    def _records(raw: list[Any], parse: Callable[[Any], _R], what: str, warnings: list[str]) -> list[_R]:
+        out: list[_R] = []
         for r in raw:
             try:
                 out.append(parse(r))

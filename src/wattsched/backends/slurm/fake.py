@@ -54,6 +54,11 @@ class FakeJob:
     done_s: float = 0.0  # work done by runs before a requeue (kept only where the fake keeps progress)
     deadline: float = 0.0  # sbatch --deadline (epoch s; 0: none)
 
+    def run_start(self) -> float:
+        """When its current run started (a running job always has a start time)."""
+        assert self.start_time is not None, f"fake job {self.job_id} runs without a start time"
+        return self.start_time
+
 
 class FakeSlurm:
     def __init__(self, nodes: Sequence[FakeNode], now: float = 1_700_000_000.0, resume_s: float = 0.0):
@@ -75,7 +80,9 @@ class FakeSlurm:
         self.speed: Callable[[FakeJob], float] = lambda job: 1.0
 
     @staticmethod
-    def uniform(count: int, gpus: int = 4, prefix: str = "gpu", model: str = "a100", **kw) -> FakeSlurm:
+    def uniform(
+        count: int, gpus: int = 4, prefix: str = "gpu", model: str = "a100", **kw: float
+    ) -> FakeSlurm:
         return FakeSlurm([FakeNode(f"{prefix}{i + 1}", gpus, model) for i in range(count)], **kw)
 
     def submit(self, gpus_per_node: int, num_nodes: int = 1, duration_s: float = 10.0, held: bool = True,
@@ -92,12 +99,12 @@ class FakeSlurm:
         """Move the clock to `to`: finish jobs whose time is up, wake nodes, start released jobs that fit."""
         self.now = max(self.now, float(to))
         for job in self.jobs.values():
-            if job.state == "RUNNING" and self.now >= job.start_time + (
+            if job.state == "RUNNING" and self.now >= job.run_start() + (
                 job.duration_s - job.done_s
             ) / self.speed(job):
                 job.state = "COMPLETED"
-                for n in job.nodes:
-                    self.nodes[n].used -= job.gpus_per_node
+                for name in job.nodes:
+                    self.nodes[name].used -= job.gpus_per_node
         for node in self.nodes.values():
             if node.wake_at is not None and self.now >= node.wake_at:
                 node.powered, node.wake_at = True, None
@@ -197,7 +204,7 @@ class FakeSlurm:
                 for n in job.nodes:
                     self.nodes[n].used -= job.gpus_per_node
                 if self.keeps_progress:
-                    job.done_s += (self.now - job.start_time) * self.speed(job)
+                    job.done_s += (self.now - job.run_start()) * self.speed(job)
             job.state, job.held, job.nodes, job.required = "PENDING", True, [], []
             job.restarts += 1
             job.begin_at = self.now + REQUEUE_BEGIN_DELAY_S

@@ -250,7 +250,8 @@ def _prctl(option: int, arg: int = 0) -> int:
         value = ctypes.c_int(0)
         libc.prctl(option, ctypes.byref(value), 0, 0, 0)
         return value.value
-    return libc.prctl(option, arg, 0, 0, 0)
+    result: int = libc.prctl(option, arg, 0, 0, 0)  # restype c_int (ctypes' default): a Python int
+    return result
 
 
 class LocalSlurm:
@@ -292,7 +293,7 @@ class LocalSlurm:
         self.munge_socket = self.base / "munge" / "munge.socket"
         self.ctld_port = 0
         self.node_ports: dict[str, int] = {}
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._bins: dict[str, str] = {}
         self._subreaper_was = 1
         self._started = False
@@ -377,11 +378,12 @@ class LocalSlurm:
         args = [*args, "--json"] if "--json" not in args else list(args)
         out = self.run(args).stdout
         try:
-            return json.loads(out)
+            doc: dict[str, Any] = json.loads(out)  # the commands print one JSON object
         except json.JSONDecodeError as exc:
             raise WattschedError(
                 f"local Slurm: '{shlex.join(args)}' printed no JSON: {_tail(out, 3)}"
             ) from exc
+        return doc
 
     def node_states(self) -> dict[str, tuple[str, frozenset[str]]]:
         """{node: (state, state flags)} from ``sinfo --json``, e.g. ("idle", {"POWERED_DOWN"})."""
@@ -555,7 +557,7 @@ class LocalSlurm:
         out = self.run(["scontrol", "ping"], check=False, timeout=10)
         return out.returncode == 0 and " is UP" in out.stdout
 
-    def _spawn(self, name: str, args: list[str], **kw: Any) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         env = self.env
         out = open(self.base / "log" / f"{name}.out", "ab")  # noqa: SIM115 (the child keeps the descriptor)
         try:
