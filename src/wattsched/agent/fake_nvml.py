@@ -62,6 +62,7 @@ _ERROR_TEXT = {
 
 
 class NVMLError(Exception):
+    value: int
     """Like pynvml's: ``NVMLError(code)`` builds the subclass for that code; ``.value`` is the code."""
 
     _class_by_code: ClassVar[dict[int, type[NVMLError]]] = {}

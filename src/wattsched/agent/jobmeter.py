@@ -150,11 +150,17 @@ class JobMeter:
         ends = {
             g: self.devices[g].energy_mj() if window.start_mj[g] is not None else None for g in window.gpus
         }
-        if all(window.start_mj[g] is not None and ends[g] is not None for g in window.gpus):
-            total_j = sum(ends[g] - window.start_mj[g] for g in window.gpus) / 1000  # type: ignore[operator]
+        counted = [
+            (b, e)
+            for g in window.gpus
+            if (b := window.start_mj[g]) is not None and (e := ends[g]) is not None
+        ]
+        if len(counted) == len(window.gpus):
+            total_j = sum(e - b for b, e in counted) / 1000
             energy_j, source = total_j / len(window.gpus), "nvml-counter"
         else:
-            tail = window.last_power_w * max(now - window.last_sample_s, 0.0) if window.last_sample_s else 0.0
+            last_w, last_s = window.last_power_w, window.last_sample_s
+            tail = last_w * max(now - last_s, 0.0) if last_w is not None and last_s else 0.0
             energy_j, source = window.power_integral_j + tail, "sampled"
         n = window.samples
         device = self.devices[window.gpus[0]]
@@ -211,7 +217,7 @@ class JobMeter:
         if not read:
             return
         power = sum(r.power_w for r in read) / len(read)
-        if window.last_sample_s is not None:
+        if window.last_sample_s is not None and window.last_power_w is not None:
             window.power_integral_j += window.last_power_w * (now - window.last_sample_s)
         else:
             window.power_integral_j += power * max(now - window.start_s, 0.0)

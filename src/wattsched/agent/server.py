@@ -191,7 +191,9 @@ class AgentSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServ
                 pass
             self._inode = None
 
-    def authorise(self, handler: AgentSocketRequestHandler, action: str) -> None:
+    def authorise(self, handler: AgentRequestHandler, action: str) -> None:
+        if not isinstance(handler, AgentSocketRequestHandler):  # only socket connections carry credentials
+            raise AgentError(f"{action} refused: no peer credentials", 403)
         try:
             self.access.check(handler.peer, action)
         except AgentError:

@@ -232,12 +232,14 @@ class RoundScheduler(Scheduler):
 
     def _with_rule_settings(self, decision: Decision) -> Decision:
         """The run's static or energy-optimal setting for every job the policy leaves at the default one."""
+        rule = self.setting_rule
+        assert rule is not None  # called only with a rule
         assign = dict(decision.assign)
         for job, target in assign.items():
             if target.setting == DEFAULT_SETTING and target.placement and target.placement[0][1]:
                 code = int(self._model_code[target.placement[0][0]])
                 if code >= 0:
-                    setting = self.setting_rule.setting_for(self._model_names[code])
+                    setting = rule.setting_for(self._model_names[code])
                     assign[job] = Target(target.placement, target.share_milli, setting)
         return replace(decision, assign=assign)
 
