@@ -14,11 +14,15 @@ The API (for the tests here and for later backend tests)::
         sched = k8s.start_scheduler(extender_url="https://127.0.0.1:PORT/energy", tls=k8s.pki.client("ks"))
         k8s.wait_bound("default", "p1")               # -> the node name
 
-``k8s.api_url``, ``k8s.kubeconfig`` (a file: server, CA and bearer token), ``k8s.pki`` (a CA and certificates
-signed by it, made with the ``openssl`` CLI). ``reset()`` (after each test) stops the kube-schedulers the test
-started and deletes every pod (grace period 0: no kubelet confirms a deletion) and every node.
+Also: ``k8s.api_url``, ``k8s.kubeconfig`` (a file: server, CA and bearer token), ``k8s.token``, ``k8s.pki`` (a CA
+and certificates it signs, made with the ``openssl`` CLI: ``pki.ca``, ``pki.server(name)``, ``pki.client(name)``),
+``k8s.api`` (one shared client), ``pod()``, ``node_of()``, ``events()``, ``delete_pod()`` (grace period 0: no
+kubelet ever confirms a deletion), ``compact_etcd()`` (older watch versions then get 410 Gone),
+``stop_schedulers()``; ``reset()`` (after each test) stops the test's kube-schedulers and deletes every pod and
+node. ``available()`` says whether a control plane can start here, ``ControlPlane(root).start()`` starts one
+outside pytest.
 
-How it is served (chosen for 1.20, where the insecure port still exists but is deprecated and gone in 1.24):
+How it is served (1.20 no longer serves an insecure port: ``--insecure-port`` may only be 0, gone in 1.24):
 HTTPS on 127.0.0.1 with a serving certificate of the test CA, clients authenticated by a static bearer token
 (``--token-auth-file``, user ``wattsched-test`` in ``system:masters``) under RBAC, so the tests go through the
 same TLS and token path as a real kubeconfig. Flags a control plane without controller-manager needs:
