@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.k8s_fixtures import k8s, k8s_control_plane  # noqa: F401 (the live Kubernetes tests' control plane)
 from tests.slurm_fixtures import local_slurm  # noqa: F401 (the session fixture of the live Slurm tests)
 from wattsched.core.cluster import ClusterSpec, ClusterState
 from wattsched.core.jobs import JobTable

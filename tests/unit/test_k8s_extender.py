@@ -983,3 +983,87 @@ def test_tls_idle_client_does_not_stall_the_server(certificate):
     finally:
         idle.close()
         stop(s)
+
+
+# ----- 7. mutual TLS: the bind verb only for a client with a certificate of the CA ------------------------------
+@pytest.fixture(scope="module")
+def mtls(tmp_path_factory):
+    """A CA with a server and a client certificate (tests/k8s_fixtures.Pki, openssl CLI), and a second CA's
+    client certificate."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl CLI to make certificates with")
+    from tests.k8s_fixtures import Pki
+
+    where = tmp_path_factory.mktemp("mtls")
+    pki, other = Pki(where / "ca"), Pki(where / "other", name="other-ca")
+    return pki, pki.server("extender"), pki.client("kube-scheduler"), other.client("intruder")
+
+
+def mtls_connection(s: Served, ca: Path, client=None) -> http.client.HTTPSConnection:
+    context = ssl.create_default_context(cafile=str(ca))
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    return http.client.HTTPSConnection("127.0.0.1", s.server.port, context=context, timeout=10)
+
+
+def mtls_post(conn: http.client.HTTPSConnection, verb: str, body: Any) -> tuple[int, Any]:
+    conn.request("POST", f"{PREFIX}/{verb}", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    return resp.status, json.loads(resp.read())
+
+
+def test_mtls_serves_a_client_with_a_certificate_of_the_ca(mtls):
+    pki, server, client, _ = mtls
+    api = default_api()
+    key = pending(api, "mtls-pod")
+    s = serve(api, tls_cert=str(server.cert), tls_key=str(server.key), tls_client_ca=str(pki.ca))
+    try:
+        assert s.server.tls and s.server.mtls
+        s.watcher.sync()
+        conn = mtls_connection(s, pki.ca, client)
+        try:
+            status, answer = mtls_post(conn, "prioritize", fixture_json("prioritize_args.json"))
+            assert status == 200 and [h["Score"] for h in answer].count(10) == 1
+            namespace, name = key.split("/")
+            bind_args = {"PodName": name, "PodNamespace": namespace, "Node": "node-0005"}
+            assert mtls_post(conn, "bind", bind_args) == (200, {"Error": ""})
+        finally:
+            conn.close()
+        assert api.bindings == [(key, "node-0005")]
+    finally:
+        stop(s)
+
+
+@pytest.mark.parametrize("who", ["no certificate", "another CA's certificate"])
+def test_mtls_refuses_a_client_without_a_certificate_of_the_ca(mtls, who):
+    """The handshake fails (TLS 1.3: the client learns it at its first read), no verb runs, nothing is bound."""
+    pki, server, _, intruder = mtls
+    api = default_api()
+    key = pending(api, "mtls-intruded")
+    s = serve(api, tls_cert=str(server.cert), tls_key=str(server.key), tls_client_ca=str(pki.ca))
+    try:
+        s.watcher.sync()
+        conn = mtls_connection(s, pki.ca, None if who == "no certificate" else intruder)
+        namespace, name = key.split("/")
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            try:
+                mtls_post(conn, "bind", {"PodName": name, "PodNamespace": namespace, "Node": "node-0005"})
+            finally:
+                conn.close()
+        assert api.bindings == [] and not s.cluster.held
+        # plain HTTP gets nothing either
+        plain = http.client.HTTPConnection("127.0.0.1", s.server.port, timeout=10)
+        with pytest.raises((ConnectionError, http.client.BadStatusLine)):
+            plain.request("POST", f"{PREFIX}/bind", b"{}", {"Content-Type": "application/json"})
+            plain.getresponse().read()
+        plain.close()
+        assert api.bindings == []
+    finally:
+        stop(s)
+
+
+def test_mtls_needs_the_servers_certificate(mtls):
+    pki = mtls[0]
+    with pytest.raises(ValueError, match="needs the server's own certificate"):
+        ExtenderServer(Extender(ClusterWatcher(default_api(), PLACEMENT_POLICIES.create("fgd"))), "127.0.0.1", 0,
+                       PREFIX, tls_client_ca=str(pki.ca))  # fmt: skip

@@ -4,6 +4,11 @@ waiting pods, cordoned nodes, unreadable pods, restarts; and the pod and node ma
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -194,6 +199,76 @@ def test_a_new_node_rebuilds_the_mirror_with_every_pod_counted():
     c = watcher.cluster
     assert c.spec.num_nodes == 2 and watcher.rebuilds == 2
     assert c.state.free_gpus[c.index["g1"]] == 1 and c.state.free_gpus[c.index["g2"]] == 8
+
+
+class _IdleWatch:
+    """A watch response over a socket that never sends anything, like a real API server's watch with no events
+    (it holds the watch open until ``timeoutSeconds``, 300 s)."""
+
+    def __init__(self):
+        self.sock, self._peer = socket.socketpair()
+        self.connection = SimpleNamespace(sock=self.sock)
+
+    def stream(self, amt=None, decode_content=False):
+        while chunk := self.sock.recv(4096):
+            yield chunk
+
+    def release_conn(self):
+        pass
+
+
+class _IdleApi:
+    """Lists of nothing, and watches that stay open and idle (what the real API server revealed)."""
+
+    def __init__(self):
+        self.watches: list[_IdleWatch] = []
+
+    def _call(self, watch=False, **_):
+        if not watch:
+            return SimpleNamespace(data=b'{"metadata": {"resourceVersion": "7"}, "items": []}')
+        self.watches.append(_IdleWatch())
+        return self.watches[-1]
+
+    list_node = list_pod_for_all_namespaces = _call
+
+
+def test_stop_ends_idle_watches_at_once():
+    """A real API server keeps an idle watch open for minutes; stopping must not wait for it to end (it did:
+    ``serve k8s-scheduler`` took 10 s to stop, and a stopped scheduler's threads went on watching, and placing)."""
+    api = _IdleApi()
+    scheduler = CustomScheduler(api, PLACEMENT_POLICIES.create("best-fit"), post_events=False)
+    stop = threading.Event()
+    runner = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 5
+    while len(api.watches) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(api.watches) == 2  # nodes and pods, both blocked reading
+    started = time.monotonic()
+    stop.set()
+    runner.join(5)
+    assert not runner.is_alive() and time.monotonic() - started < 1.0
+    assert not any(t.name in ("k8s-nodes", "k8s-pods") for t in threading.enumerate())
+
+
+def test_a_closed_informer_watches_again_when_run_again():
+    api = _IdleApi()
+    watcher = ClusterWatcher(api, PLACEMENT_POLICIES.create("best-fit"))
+    informer = watcher.pod_informer
+    informer.list()
+    for _ in range(2):  # run, stop (close), run again: the second run watches too
+        stop = threading.Event()
+        before = len(api.watches)
+        thread = threading.Thread(target=informer.run, args=(stop,), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 5
+        while len(api.watches) == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(api.watches) == before + 1 and thread.is_alive()
+        stop.set()
+        informer.close()
+        thread.join(2)
+        assert not thread.is_alive()
 
 
 # ----- the mapping --------------------------------------------------------------------------------------------------

@@ -290,6 +290,9 @@ def k8s_extender(
     prefix: Annotated[str, typer.Option(help="URL prefix of the verbs (the urlPrefix's path)")] = "/energy",
     tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM); with --tls-key")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
+    tls_client_ca: Annotated[
+        Path | None, typer.Option(help="mutual TLS: require a client certificate signed by this CA (PEM)")
+    ] = None,
     max_body_bytes: Annotated[int, typer.Option(help="largest request body accepted", min=1024)] = 32 * 2**20,
     kubeconfig: Annotated[str | None, _K8S_OPTIONS["kubeconfig"]] = None,
     offline: Annotated[str | None, _K8S_OPTIONS["offline"]] = None,
@@ -305,18 +308,22 @@ def k8s_extender(
     with user_errors():
         if bool(tls_cert) != bool(tls_key):
             raise typer.BadParameter("--tls-cert and --tls-key go together")
+        if tls_client_ca and not tls_cert:
+            raise typer.BadParameter("--tls-client-ca needs --tls-cert and --tls-key")
         policy, jobs, api, where = _k8s_common(placement, kubeconfig, offline, workload, seed, log_level)
         watcher = ClusterWatcher(api, policy, seed=seed, workload=jobs)
         stop = threading.Event()
         server = ExtenderServer(Extender(watcher), host, port, prefix, max_body_bytes,
-                                str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None)  # fmt: skip
+                                str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None,
+                                str(tls_client_ca) if tls_client_ca else None)  # fmt: skip
         threads = watcher.start(stop)
         server.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         scheme = "https" if server.tls else "http"
         console.print(f"wattsched k8s-extender ({policy.name}) on {scheme}://{host}:{server.port}"
-                      f"{'/' + prefix.strip('/') if prefix.strip('/') else ''}/{{filter,prioritize,bind}}; "
+                      f"{'/' + prefix.strip('/') if prefix.strip('/') else ''}/{{filter,prioritize,bind}}"
+                      f"{' (mutual TLS: client certificate required)' if server.mtls else ''}; "
                       f"cluster: {where}", highlight=False)  # fmt: skip
         stop.wait()
         server.stop()

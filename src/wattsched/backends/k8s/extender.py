@@ -13,6 +13,10 @@ Verbs, all ``POST <prefix>/<verb>`` with ``Content-Type: application/json``:
   creates the ``v1.Binding`` itself (a configured bind verb must); a 409 Conflict comes back as the ``Error``.
 * ``GET <prefix>/healthz``: 200 ``ok`` once the first lists are in.
 
+Over TLS (``tls_cert``/``tls_key``) with ``tls_client_ca`` the server is mutual TLS: a client must present a
+certificate signed by that CA (kube-scheduler's extender ``tlsConfig.certFile``/``keyFile``), else its handshake
+fails and no verb, bind included, is reached.
+
 A malformed request gets a 4xx with a message and changes nothing: not JSON (400), unknown or mistyped fields
 (400), another content type (415), no length (411), a body over ``max_body_bytes`` (413), another path (404) or
 method (405). ``curl -d``'s default form type is taken as JSON (the body must still be JSON). Field names are
@@ -305,7 +309,8 @@ def make_handler(extender: Extender, prefix: str, max_body_bytes: int) -> type[B
 
 
 class ExtenderServer:
-    """The HTTP server (threads; 127.0.0.1 unless told otherwise; TLS with a certificate and key)."""
+    """The HTTP server (threads; 127.0.0.1 unless told otherwise; TLS with a certificate and key; mutual TLS,
+    a client certificate signed by ``tls_client_ca`` required, with that CA bundle too)."""
 
     def __init__(
         self,
@@ -316,14 +321,21 @@ class ExtenderServer:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        tls_client_ca: str | None = None,
     ):
+        if tls_client_ca and not tls_cert:
+            raise ValueError("a client CA (mutual TLS) needs the server's own certificate and key")
         self.httpd = ThreadingHTTPServer((host, port), make_handler(extender, prefix, max_body_bytes))
         self.httpd.daemon_threads = True
         self.tls = bool(tls_cert)
+        self.mtls = bool(tls_client_ca)
         if tls_cert:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(tls_cert, tls_key)
+            if tls_client_ca:  # no certificate, or one the CA did not sign: the handshake fails in handle()
+                context.load_verify_locations(cafile=tls_client_ca)
+                context.verify_mode = ssl.CERT_REQUIRED
             # not in accept(): a client that never starts its handshake would hold up the whole server
             self.httpd.socket = context.wrap_socket(
                 self.httpd.socket, server_side=True, do_handshake_on_connect=False

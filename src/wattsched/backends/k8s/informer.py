@@ -5,12 +5,15 @@ JSON, and a watch's body as one JSON event per line, the way ``kubernetes.watch.
 turning every object into a model class (which costs far more than the scheduling itself). The watch resumes
 from the last ``resourceVersion`` it saw; when the server answers 410 Gone (the version is too old, either as an
 ``ERROR`` event or as the call's status), the informer lists again and tells its owner to rebuild from the list.
+A real API server holds a watch open until ``timeoutSeconds`` with nothing to send: :meth:`Informer.close` ends
+the watch in progress from another thread (``ClusterWatcher.start`` calls it when told to stop).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +55,20 @@ def iter_lines(resp: Any) -> Iterator[bytes]:
         yield buffer
 
 
+def _shutdown(resp: Any) -> None:
+    """End a streamed response from another thread: shut its socket down (closing it would not wake a thread
+    blocked reading it); a response without a socket (the in-memory API's) is closed."""
+    conn = getattr(resp, "connection", None) or getattr(resp, "_connection", None)
+    sock = getattr(conn, "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+        elif hasattr(resp, "close"):
+            resp.close()
+    except OSError:  # already closed
+        pass
+
+
 class Informer:
     """Calls ``on_list(items)`` after every (re-)list and ``on_event(type, object)`` for each watch event."""
 
@@ -72,6 +89,15 @@ class Informer:
         self.watch_timeout_s = watch_timeout_s
         self.resource_version = ""
         self.relists = 0
+        self.closed = False
+        self._resp: Any = None  # the watch being read
+
+    def close(self) -> None:
+        """End the watch in progress, from another thread; ``run`` then returns if its stop is set."""
+        self.closed = True
+        resp = self._resp
+        if resp is not None:
+            _shutdown(resp)
 
     def _kwargs(self) -> dict[str, Any]:
         return {"field_selector": self.field_selector} if self.field_selector else {}
@@ -91,6 +117,9 @@ class Informer:
                 watch=True, resource_version=self.resource_version, timeout_seconds=self.watch_timeout_s,
                 allow_watch_bookmarks=True, _preload_content=False, **self._kwargs(),
             )  # fmt: skip
+            self._resp = resp
+            if self.closed:  # closed while the call was being made
+                _shutdown(resp)
             for line in iter_lines(resp):
                 event = json.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
@@ -115,10 +144,13 @@ class Informer:
                 raise
             log.info("%s watch: 410 Gone: listing again", self.kind)
             self.list()
+        finally:
+            self._resp = None
         return handled
 
     def run(self, stop: threading.Event, retry_s: float = 2.0) -> None:
         """Watch until `stop` is set; errors are logged and the watch retried (a failed list is retried too)."""
+        self.closed = False
         while not stop.is_set():
             try:
                 if not self.resource_version:
@@ -127,6 +159,8 @@ class Informer:
                 if self.watch_once() == 0 and time.monotonic() - started < 1.0:
                     stop.wait(1.0)  # a watch that ends at once with nothing (the in-memory API): no busy loop
             except Exception as exc:
+                if stop.is_set():  # the watch was ended by close()
+                    break
                 log.warning("%s informer: %s; retrying in %.0f s", self.kind, exc, retry_s)
                 self.resource_version = "" if api_status(exc) == GONE else self.resource_version
                 stop.wait(retry_s)

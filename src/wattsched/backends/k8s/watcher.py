@@ -173,13 +173,23 @@ class ClusterWatcher:
         return self.node_informer.watch_once() + self.pod_informer.watch_once()
 
     def start(self, stop: threading.Event) -> list[threading.Thread]:
-        """List, then watch nodes and pods, each in its own thread, until `stop` is set."""
+        """List, then watch nodes and pods, each in its own thread, until `stop` is set. Setting it ends the
+        watches in progress at once (a real API server keeps an idle watch open for minutes), so the threads
+        end within moments."""
         self.node_informer.list()
         self.pod_informer.list()
+        informers = (self.node_informer, self.pod_informer)
         threads = [
             threading.Thread(target=informer.run, args=(stop,), name=f"k8s-{informer.kind}", daemon=True)
-            for informer in (self.node_informer, self.pod_informer)
+            for informer in informers
         ]
+
+        def close_on_stop() -> None:
+            stop.wait()
+            for informer in informers:
+                informer.close()
+
+        threading.Thread(target=close_on_stop, name="k8s-stop", daemon=True).start()
         for t in threads:
             t.start()
         return threads
