@@ -24,15 +24,23 @@ from wattsched.backends.k8s.backend import (
 )
 from wattsched.backends.k8s.informer import read_json
 from wattsched.backends.store import JobStore
+from wattsched.core.states import STATUS_PENDING
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import build_scheduler
-from wattsched.policies.contract import MissingCapability
+from wattsched.policies.contract import MissingCapability, Target
 
 pytestmark = pytest.mark.k8s
 
 SCHEDULER = "energy-aware"
 # (name, submit s, GPUs, seconds): as the real-Slurm contract script, events at least 3 s apart.
-SCRIPT = (("r1", 0, 2, 4), ("r2", 0, 4, 18), ("r3", 0, 1, 10), ("r4", 0, 4, 14), ("r5", 0, 3, 25), ("r6", 0, 2, 7))
+SCRIPT = (
+    ("r1", 0, 2, 4),
+    ("r2", 0, 4, 18),
+    ("r3", 0, 1, 10),
+    ("r4", 0, 4, 14),
+    ("r5", 0, 3, 25),
+    ("r6", 0, 2, 7),
+)
 TOLERANCE_S = 2.5
 
 
@@ -65,7 +73,9 @@ class Kubelet:
 
 
 @pytest.mark.parametrize(
-    "policy", [{"queue": "fifo", "placement": "best-fit"}, {"allocation": "tiresias"}], ids=["fifo+best-fit", "tiresias"]
+    "policy",
+    [{"queue": "fifo", "placement": "best-fit"}, {"allocation": "tiresias"}],
+    ids=["fifo+best-fit", "tiresias"],
 )
 def test_the_full_contract_on_a_real_api_server_decides_as_the_simulator(k8s, tmp_path, policy):
     _nodes(k8s)
@@ -117,10 +127,12 @@ def test_a_stop_evicts_with_a_checkpoint_annotation_and_queues_an_unbound_copy(k
     assert copy["metadata"]["annotations"][RESTARTS_ANNOTATION] == "1"
     assert CHECKPOINT_ANNOTATION not in copy["metadata"]["annotations"]
     assert not (copy.get("spec") or {}).get("nodeName")  # unbound: the job waits again
-    for _ in range(3):
-        driver.step()
-    assert k8s.wait_bound("default", "train-r1") == node  # placed again by the policy, where best-fit puts it
-    assert c.index["default.train"] == job and len(c.ids) == 1  # the same job, not a new one
+    driver.step()  # the copy is seen: the same job, waiting again (not a new one)
+    assert c.index["default.train"] == job and len(c.ids) == 1 and c.status[job] == STATUS_PENDING
+    placement = c.last_placement[job]
+    c.actions.start(job, Target(placement))  # as a policy's next decision would
+    assert c.flush() == 1
+    assert k8s.wait_bound("default", "train-r1") == node
 
 
 def test_node_power_is_a_cordon_and_the_operators_hook(k8s, tmp_path):
@@ -131,7 +143,9 @@ def test_node_power_is_a_cordon_and_the_operators_hook(k8s, tmp_path):
                          hook_runner=calls.append)  # fmt: skip
     backend.power_down(["gpu2"])
     node = read_json(api.read_node("gpu2", _preload_content=False))
-    assert node["spec"]["unschedulable"] is True and node["metadata"]["annotations"][POWER_ANNOTATION] == "off"
+    assert (
+        node["spec"]["unschedulable"] is True and node["metadata"]["annotations"][POWER_ANNOTATION] == "off"
+    )
     assert calls == [["power-off", "gpu2"]]
     assert {n.name: n.power for n in backend.observe().nodes}["gpu2"] == "off"
     backend.power_up(["gpu2"])
@@ -142,5 +156,9 @@ def test_node_power_is_a_cordon_and_the_operators_hook(k8s, tmp_path):
 
 def test_what_kubernetes_cannot_do_is_refused_at_start(k8s, tmp_path):
     backend = K8sBackend(k8s.core_v1(), SCHEDULER)
-    with pytest.raises(MissingCapability, match="resizing jobs .* a pod's GPU request cannot change"):
-        LiveDriver(backend, build_scheduler(SimulationConfig(allocation="optimus-greedy"), None), JobStore(":memory:"))
+    with pytest.raises(MissingCapability, match=r"resizing jobs .* a pod's GPU request cannot change"):
+        LiveDriver(
+            backend,
+            build_scheduler(SimulationConfig(allocation="optimus-greedy"), None),
+            JobStore(":memory:"),
+        )
