@@ -51,12 +51,12 @@ def connect(kubeconfig: str | None, offline: str | None, data_dir: str | None = 
 
     if kubeconfig is None:
         try:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]  # the client ships no annotations
             return client.CoreV1Api(), "in-cluster ServiceAccount"
         except ConfigException:
             pass
     try:
-        config.load_kube_config(config_file=kubeconfig)
+        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]  # (no annotations)
         return client.CoreV1Api(), f"kubeconfig {kubeconfig or '~/.kube/config'}"
     except (ConfigException, OSError, TypeError) as exc:
         if kubeconfig is not None:

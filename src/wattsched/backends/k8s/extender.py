@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .cluster import K8sCluster
 from .informer import api_status
 from .objects import PodError, pod_request
 from .scheduler import bind
@@ -114,7 +115,7 @@ class Extender:
     def ready(self) -> bool:
         return self.watcher.cluster is not None
 
-    def _cluster(self):
+    def _cluster(self) -> K8sCluster:
         cluster = self.watcher.cluster
         if cluster is None:
             raise BadRequest(503, "wattsched has not listed the cluster's nodes yet")
@@ -188,7 +189,11 @@ class Extender:
 
 
 def _filter_answer(
-    passed: list[str], failed: dict[str, str], unresolvable: dict[str, str], as_names: bool, args: Mapping
+    passed: list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    as_names: bool,
+    args: Mapping[str, Any],
 ) -> dict[str, Any]:
     if as_names:
         nodes, names = None, passed
