@@ -43,6 +43,12 @@ SCRIPT: tuple[tuple[str, int, int, int], ...] = (
     ("j6", 5, 1, 360), ("j7", 40, 3, 120), ("j8", 100, 2, 60), ("j9", 130, 4, 120), ("j10", 900, 1, 60),
 )  # fmt: skip
 HORIZON_S = 1500
+# The short script of the tests on real daemons (real Slurm, a real API server), in real seconds: six jobs at once
+# on 3 x 4 GPUs, so some wait for others to end. No two events that a decision follows fall within 3 s of each
+# other under the policies those tests run, so that real latency (a poll, plus the daemons') cannot reorder them.
+SHORT_SCRIPT: tuple[tuple[str, int, int, int], ...] = (
+    ("r1", 0, 2, 4), ("r2", 0, 4, 18), ("r3", 0, 1, 10), ("r4", 0, 4, 14), ("r5", 0, 3, 25), ("r6", 0, 2, 7),
+)  # fmt: skip
 DEADLINE_SLACK = 4  # deadline = submit + 4 x duration (for the policies that need deadlines)
 
 RECORDED = ("start", "stop", "move", "retune", "reject", "defer", "power_on", "power_off")

@@ -6,23 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.contract_harness import first_difference, run_real_slurm, run_simulator
+from tests.contract_harness import SHORT_SCRIPT, first_difference, run_real_slurm, run_simulator
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import build_scheduler
 
 pytestmark = pytest.mark.slurm
 
-# (name, submit s, GPUs, seconds): six jobs at once on 3 x 4 GPUs, so some wait for others to end. No two events
-# that a decision follows fall within 3 s of each other under any policy below, so that real latency (a poll, plus
-# Slurm's own) cannot reorder them.
-REAL_SCRIPT = (
-    ("r1", 0, 2, 4),
-    ("r2", 0, 4, 18),
-    ("r3", 0, 1, 10),
-    ("r4", 0, 4, 14),
-    ("r5", 0, 3, 25),
-    ("r6", 0, 2, 7),
-)
 # Real daemons: a start or an end reaches the mirror up to a poll (0.1 s) plus Slurm's own latency later.
 TOLERANCE_S = 2.5
 
@@ -39,10 +28,10 @@ TOLERANCE_S = 2.5
     ids=lambda p: "+".join(p.values()),
 )
 def test_real_slurm_decides_as_the_simulator(local_slurm, tmp_path, policy):
-    sim = run_simulator(build_scheduler(SimulationConfig(**policy), None), None, script=REAL_SCRIPT)
+    sim = run_simulator(build_scheduler(SimulationConfig(**policy), None), None, script=SHORT_SCRIPT)
     live = run_real_slurm(
-        local_slurm, build_scheduler(SimulationConfig(**policy), None), REAL_SCRIPT, tmp_path
+        local_slurm, build_scheduler(SimulationConfig(**policy), None), SHORT_SCRIPT, tmp_path
     )
-    assert len(sim) >= len(REAL_SCRIPT)
+    assert len(sim) >= len(SHORT_SCRIPT)
     diff = first_difference(sim, live, TOLERANCE_S)
     assert diff is None, diff

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract_harness import Log, RecordingScheduler, first_difference, run_simulator
+from tests.contract_harness import SHORT_SCRIPT, Log, RecordingScheduler, first_difference, run_simulator
 from tests.k8s_fixtures import ControlPlane
 from wattsched.backends.driver import LiveDriver
 from wattsched.backends.k8s.backend import (
@@ -32,15 +32,6 @@ from wattsched.policies.contract import MissingCapability, Target
 pytestmark = pytest.mark.k8s
 
 SCHEDULER = "energy-aware"
-# (name, submit s, GPUs, seconds): as the real-Slurm contract script, events at least 3 s apart.
-SCRIPT = (
-    ("r1", 0, 2, 4),
-    ("r2", 0, 4, 18),
-    ("r3", 0, 1, 10),
-    ("r4", 0, 4, 14),
-    ("r5", 0, 3, 25),
-    ("r6", 0, 2, 7),
-)
 TOLERANCE_S = 2.5
 
 
@@ -82,11 +73,11 @@ def test_the_full_contract_on_a_real_api_server_decides_as_the_simulator(k8s, tm
     api = k8s.core_v1()
     names: dict[str, str] = {}
     log = Log(lambda view, j: names.get(str(view.jobs.job_id[j]), str(view.jobs.job_id[j])))
-    for name, _, gpus, duration in SCRIPT:
+    for name, _, gpus, duration in SHORT_SCRIPT:
         k8s.create_pod(name, gpus=gpus, scheduler_name=SCHEDULER, cpu="1", memory="0")
         api.patch_namespaced_pod(name, "default", {"spec": {"activeDeadlineSeconds": 60 * duration}})
         names[f"default.{name}"] = name
-    kubelet = Kubelet(api, {name: float(d) for name, _, _, d in SCRIPT})
+    kubelet = Kubelet(api, {name: float(d) for name, _, _, d in SHORT_SCRIPT})
     backend = K8sBackend(api, SCHEDULER, eviction_grace_s=0)
     driver = LiveDriver(
         backend, RecordingScheduler(build_scheduler(SimulationConfig(**policy), None), log),
@@ -100,8 +91,8 @@ def test_the_full_contract_on_a_real_api_server_decides_as_the_simulator(k8s, tm
         if all((p.get("status") or {}).get("phase") == "Succeeded" for p in _pods(api)):
             break
         time.sleep(0.1)
-    sim = run_simulator(build_scheduler(SimulationConfig(**policy), None), None, script=SCRIPT)
-    assert len(log.entries) == len(SCRIPT)
+    sim = run_simulator(build_scheduler(SimulationConfig(**policy), None), None, script=SHORT_SCRIPT)
+    assert len(log.entries) == len(SHORT_SCRIPT)
     diff = first_difference(sim, log.entries, TOLERANCE_S)
     assert diff is None, diff
 

@@ -26,7 +26,6 @@ def _live_signals(region: str | None, year: int, price_csv: str | None, carbon_c
     from ..experiments.energy_setup import grid_signals
 
     cfg = SimulationConfig(region=region, year=year, price_csv=price_csv, carbon_csv=carbon_csv)
-    grid_signals(cfg, datetime.now(UTC), [])  # read (and checked) before the service starts
 
     def aligned(origin_s: float):
         return tuple(grid_signals(cfg, datetime.fromtimestamp(origin_s, UTC), []))
