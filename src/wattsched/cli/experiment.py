@@ -551,3 +551,61 @@ def hkbu_online_pd(
     if s["philly"]["runs"]:
         console.print("  philly energy and net value over the common window of its runs (docs/energy.md)")
     console.print(f"ratios.csv, summary.json, summary.md and plots in [bold]{result.out}[/]")
+
+
+# -- protocol experiments: one command each, generated from the experiment's config ---------------------------
+def _protocol_command(name: str) -> None:
+    import inspect
+
+    from ..experiments.protocol import experiment as find_experiment
+    from .options import command_with_config_options
+
+    exp = find_experiment(name)
+
+    def handler(overrides: dict, extra: dict) -> None:
+        from pydantic import ValidationError
+
+        from ..core.errors import WattschedError
+        from ..experiments.protocol import run_experiment
+
+        with user_errors():
+            try:
+                cfg = exp.config_model(**overrides)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                field = ".".join(str(p) for p in first["loc"])
+                raise WattschedError(f"--{field.replace('_', '-')}: {first['msg']}") from None
+            execution = grid_execution(extra["backend"], extra["address"], extra["fresh"])
+            with progress_bar(name, enabled=not extra["quiet"]) as progress:
+                result = run_experiment(exp, cfg, extra["out"], extra["workers"], execution, progress)
+        console.print(
+            f"{name}: {len(result.records)} runs in {result.wall_s:.1f} s on {result.workers} worker(s); "
+            f"{', '.join(p.name for p in result.files)} in [bold]{escape(str(result.out))}[/]",
+            highlight=False,
+        )
+
+    def option(param: str, annotation: object, default: object) -> inspect.Parameter:
+        return inspect.Parameter(
+            param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+        )
+
+    extra = [
+        option("out", Annotated[Path, typer.Option(help="output directory")], Path(f"runs/{name}")),
+        option("workers", WorkersOption, None),
+        option("backend", BackendOption, "process"),
+        option("address", AddressOption, None),
+        option("fresh", FreshOption, False),
+        option("quiet", QuietOption, False),
+    ]
+    command = command_with_config_options(exp.config_model, extra, handler, exp.description)
+    experiment_app.command(name)(command)
+
+
+def _register_protocol_commands() -> None:
+    from ..experiments.protocol import experiment_names
+
+    for name in experiment_names():
+        _protocol_command(name)
+
+
+_register_protocol_commands()

@@ -4,7 +4,8 @@ Every leaf field of :class:`~wattsched.experiments.config.SimulationConfig` (nes
 option named after the field (``round_s`` -> ``--round-s``; a nested field by its own name, e.g.
 ``power_states.boot_time_s`` -> ``--boot-time-s``), unless its metadata names another flag (``{"cli": "--jobs"}``).
 Booleans get ``--x/--no-x``. A ``dict[str, str]`` field is a repeatable ``--x KEY=VALUE`` option (items may also be
-comma-separated); other mappings and lists are config-file only. Unset flags are None and leave the config file's
+comma-separated); a list of numbers or strings is one comma-separated option (``--timeouts-s 60,300``); other
+mappings are config-file only. Unset flags are None and leave the config file's
 or the default value alone (a mapping given as flags is merged over the file's, key by key).
 """
 
@@ -44,6 +45,10 @@ def _unwrap(annotation: Any) -> tuple[Any, list[str] | None]:
     return annotation, None
 
 
+def _is_scalar_list(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is list and typing.get_args(annotation)[0] in (str, int, float)
+
+
 def _is_text_mapping(annotation: Any) -> bool:
     return typing.get_origin(annotation) is dict and typing.get_args(annotation) == (str, str)
 
@@ -59,14 +64,18 @@ def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list
             continue
         if _is_text_mapping(annotation):
             annotation = dict
-        if extra.get("cli_hidden") or annotation not in (str, int, float, bool, datetime, dict):
-            continue  # other mappings, lists: config file only
+        elif _is_scalar_list(annotation):
+            annotation = list
+        if extra.get("cli_hidden") or annotation not in (str, int, float, bool, datetime, dict, list):
+            continue  # other mappings: config file only
         flag = extra.get("cli") or "--" + name.replace("_", "-")
         help_text = info.description or ""
         if choices and not help_text:
             help_text = " | ".join(choices)
         # A field with a default factory (a mapping, a nested model) or none at all shows no default.
         default = None if info.default_factory is not None or info.is_required() else info.default
+        if info.default_factory is not None and annotation is list:
+            default = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in info.default_factory())  # type: ignore[call-arg]
         if default is not None and not isinstance(default, BaseModel):
             help_text += f" [default: {default}]" if "[default" not in help_text else ""
         kind = str if annotation is datetime else annotation
@@ -82,7 +91,8 @@ def config_options(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list
 
 def _parameter(opt: ConfigOption) -> inspect.Parameter:
     decl = f"{opt.flag}/--no-{opt.flag[2:]}" if opt.kind is bool else opt.flag
-    kind = list[str] if opt.kind is dict else opt.kind  # KEY=VALUE items, parsed by overrides_from
+    # KEY=VALUE items and comma-separated lists, parsed by overrides_from
+    kind = list[str] if opt.kind is dict else str if opt.kind is list else opt.kind
     # Escaped: rich would read "[default: x]" as a style tag and drop it.
     option = typer.Option(decl, help=escape(opt.help), show_default=False, metavar=opt.metavar)
     annotation = Annotated[kind | None, option]  # type: ignore[valid-type]  # built at run time for typer
@@ -115,6 +125,8 @@ def overrides_from(options: list[ConfigOption], values: dict[str, Any]) -> dict[
         value = values.get(opt.param)
         if opt.kind is dict and value is not None:
             value = parse_key_values(value, opt.flag, opt.metavar) or None
+        elif opt.kind is list and value is not None:
+            value = [item.strip() for item in str(value).split(",") if item.strip()]
         if value is None:
             continue
         node = out

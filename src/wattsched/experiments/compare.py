@@ -193,9 +193,9 @@ def _read_summary(path: Path) -> dict[str, Any]:
     return summary
 
 
-def run_row(path: Path) -> dict[str, Any]:
-    """The comparison row of one run directory."""
-    s = _read_summary(path)
+def summary_policy(s: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """A run summary's policy label (allocation, else queue+placement; the power manager unless always-on) and
+    the basis lines of the reconstructions it ran."""
     policies = s.get("policies")
     if not isinstance(policies, dict):
         policies = {}
@@ -210,9 +210,14 @@ def run_row(path: Path) -> dict[str, Any]:
     bases = [_basis_line(p["name"], p.get("basis")) for p in parts.values() if p.get("reconstructed")]
     if isinstance(manager, str):
         bases += _reconstructed({"power_manager": manager})
+    return policy, bases
+
+
+def summary_metrics(s: Mapping[str, Any]) -> dict[str, float]:
+    """A run summary's figures under the comparison's metric names (``METRICS``; NaN where it records none)."""
     allocation = _number(s, "gpu_allocation_mean")
     components = s.get("energy_by_component_kwh")
-    metrics = {
+    return {
         # the packing procedure places pods and completes none
         "jobs_completed": _number(s, "jobs_completed") if s.get("mode") != "packing" else math.nan,
         "energy_kwh": _number(s, "energy_kwh"),
@@ -233,6 +238,13 @@ def run_row(path: Path) -> dict[str, Any]:
         "slo_violation_hours": _number(s, "slo_violation_hours"),
         "restarts": _number(s, "restarts"),
     }
+
+
+def run_row(path: Path) -> dict[str, Any]:
+    """The comparison row of one run directory."""
+    s = _read_summary(path)
+    policy, bases = summary_policy(s)
+    metrics = summary_metrics(s)
     row = _row(str(path), path, "", policy, bases, metrics)
     if isinstance(s.get("tail_power"), dict):
         row["_summary"] = s  # for the common window (`_on_common_window`)
@@ -426,6 +438,41 @@ NO_RUNS = {
 }
 
 
+# -- a protocol experiment's records: one schema for any experiment (experiments/protocol.py) -----------------
+PROTOCOL_RECORDS = "records.csv"
+PROTOCOL_MARKER = frozenset({"experiment", "policy", "basis", "energy_kwh"})
+
+
+def is_protocol_output(path: Path) -> bool:
+    file = path / PROTOCOL_RECORDS
+    if not file.is_file():
+        return False
+    try:
+        return set(pd.read_csv(file, nrows=0).columns) >= PROTOCOL_MARKER
+    except (OSError, ValueError, pd.errors.ParserError):
+        return False
+
+
+def protocol_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a protocol experiment's ``records.csv``: its metric columns carry the comparison's names
+    already; every other column but the labels tells its runs apart."""
+    file = path / PROTOCOL_RECORDS
+    try:
+        table = pd.read_csv(file)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise WattschedError(f"{file}: cannot read the experiment's records ({one_line(exc)})") from None
+    known = {m.key for m in METRICS}
+    metric_columns = [c for c in table.columns if c in known or is_component(c)]
+    keys = [c for c in table.columns if c not in metric_columns and c not in (*LABEL_COLUMNS, "basis")]
+    rows = []
+    for i, row in enumerate(table.to_dict("records")):
+        label = " ".join(f"{k}={_text(row[k])}" for k in keys if not _is_missing(row[k])) or f"row {i + 1}"
+        bases = [b for b in str(row.get("basis") or "").split(" | ") if b and b != "nan"]
+        metrics = {c: float(pd.to_numeric(row[c], errors="coerce")) for c in metric_columns}
+        rows.append(_row(f"{path} {label}", path, str(row["experiment"]), str(row["policy"]), bases, metrics))
+    return rows
+
+
 # -- rows of any directory ---------------------------------------------------------------------------------
 
 
@@ -444,6 +491,8 @@ def rows_of(path: str | Path) -> list[dict[str, Any]]:
         )
     if is_run_dir(path):
         return [run_row(path)]
+    if is_protocol_output(path):
+        return protocol_rows(path)
     tables = [t for t in EXPERIMENT_TABLES if t.matches(path)]
     if tables:
         return [row for t in tables for row in t.rows(path)]

@@ -1,0 +1,135 @@
+"""Experiments as one protocol (experiments/protocol.py): one module and its registration make an experiment with a
+command, flags from its config, the executor, one common accounting window, the shared records schema and the
+shared summary; `compare` and `report` read any of them."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from wattsched.cli.main import app
+from wattsched.experiments.compare import METRICS, rows_of
+from wattsched.experiments.config import SimulationConfig
+from wattsched.experiments.idle_timeout_sweep import IdleTimeoutSweep, IdleTimeoutSweepConfig
+from wattsched.experiments.parallel import Execution
+from wattsched.experiments.protocol import EXPERIMENTS, Cell, Experiment, experiment_names, run_experiment
+
+SMALL = {"max_jobs": 150, "timeouts_s": [300.0, 1800.0], "boot_time_s": 120.0}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    result = run_experiment(IdleTimeoutSweep(), IdleTimeoutSweepConfig(**SMALL), out, workers=1)
+    return result
+
+
+def test_the_sweep_writes_the_shared_records_summary_and_config(sweep):
+    records = pd.read_csv(sweep.out / "records.csv")
+    assert list(records["idle_timeout_s"]) == [math.inf, 300.0, 1800.0]  # the grid's order, baseline first
+    assert set(records["experiment"]) == {"idle-timeout-sweep"}
+    assert {m.key for m in METRICS} - {"grar"} <= set(
+        records.columns
+    )  # one name per metric, the comparison's
+    # One common window: every run charged up to the same end, so none is charged less than its own energy.
+    assert (records["energy_kwh"] >= records["own_window_kwh"] - 1e-9).all()
+    assert (
+        records.loc[1:, "energy_kwh"].lt(records.loc[0, "energy_kwh"]).all()
+    )  # switching idle nodes off saves
+    summary = (sweep.out / "summary.md").read_text()
+    assert summary.startswith("# idle-timeout-sweep")
+    assert "common window per experiment" in summary and "Least energy at a" in summary
+    import yaml
+
+    saved = yaml.safe_load((sweep.out / "config.yaml").read_text())
+    assert saved == IdleTimeoutSweepConfig(**SMALL).model_dump(mode="json")
+
+
+def test_compare_reads_a_protocol_experiment_without_a_table_of_its_own(sweep):
+    rows = rows_of(sweep.out)
+    assert [r["experiment"] for r in rows] == ["idle-timeout-sweep"] * 3
+    assert rows[1]["run"].endswith("idle_timeout_s=300")
+    records = pd.read_csv(sweep.out / "records.csv")
+    assert rows[2]["energy_kwh"] == pytest.approx(records.loc[2, "energy_kwh"])
+
+
+def test_report_takes_it_too(sweep, tmp_path):
+    res = CliRunner().invoke(app, ["report", str(sweep.out), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    assert "idle_timeout_s=300" in (tmp_path / "r.html").read_text()
+
+
+class _TwoPlacements(BaseModel):
+    max_jobs: int = 60
+    placements: list[str] = ["best-fit", "first-fit"]
+
+
+class TwoPlacements(Experiment):
+    """An experiment written in a test: one class and its registration, nothing else."""
+
+    name = "test-two-placements"
+    description = "two placement policies on the same small workload"
+    config_model = _TwoPlacements
+
+    def grid(self, cfg):
+        return [
+            Cell({"placement": p}, SimulationConfig(placement=p, max_jobs=cfg.max_jobs))
+            for p in cfg.placements
+        ]
+
+
+def test_a_new_experiment_is_one_class_and_its_registration(tmp_path):
+    if "test-two-placements" not in EXPERIMENTS:
+        EXPERIMENTS.register("test-two-placements")(TwoPlacements)
+    result = run_experiment(EXPERIMENTS.create("test-two-placements"), _TwoPlacements(), tmp_path, workers=1)
+    assert list(result.records["placement"]) == ["best-fit", "first-fit"]
+    assert [r["policy"] for r in rows_of(tmp_path)] == ["fifo+best-fit", "fifo+first-fit"]
+
+
+def test_the_command_and_its_flags_come_from_the_config(tmp_path):
+    assert "idle-timeout-sweep" in experiment_names()
+    res = CliRunner().invoke(app, ["experiment", "idle-timeout-sweep", "--help"])
+    assert "--timeouts-s" in res.output and "--boot-time-s" in res.output and "--fresh" in res.output
+    res = CliRunner().invoke(
+        app,
+        ["experiment", "idle-timeout-sweep", "--timeouts-s", "600,abc", "--out", str(tmp_path), "--quiet"],
+    )
+    assert res.exit_code != 0 and "--timeouts-s" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["experiment", "idle-timeout-sweep", "--max-jobs", "80", "--timeouts-s", "600",
+                                   "--workers", "1", "--out", str(tmp_path), "--quiet"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert list(pd.read_csv(tmp_path / "records.csv")["idle_timeout_s"]) == [math.inf, 600.0]
+
+
+def test_an_interrupted_grid_resumes_from_its_finished_cells(tmp_path):
+    """The protocol's executor keeps finished cells until the files are written: a rerun after an interruption
+    runs only the rest (the cell cache of experiments/cells.py)."""
+    from wattsched.experiments.cells import cells_dir
+
+    class Interrupt(RuntimeError):
+        pass
+
+    calls = []
+
+    def notify(line: str) -> None:
+        calls.append(line)
+
+    sweep = IdleTimeoutSweep()
+    cfg = IdleTimeoutSweepConfig(max_jobs=60, timeouts_s=[600.0])
+    original = sweep.plots
+
+    def fail(*args):
+        raise Interrupt
+
+    sweep.plots = fail  # the runs finish, then the write fails: as if interrupted before the files
+    with pytest.raises(Interrupt):
+        run_experiment(sweep, cfg, tmp_path, workers=1, execution=Execution(notify=notify))
+    assert any(cells_dir(tmp_path).iterdir())
+    sweep.plots = original
+    run_experiment(sweep, cfg, tmp_path, workers=1, execution=Execution(notify=notify))
+    assert any(line.startswith("resumed 2 of 2 runs") for line in calls), calls
+    assert not cells_dir(tmp_path).exists() or not any(cells_dir(tmp_path).iterdir())
