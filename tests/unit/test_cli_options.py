@@ -26,8 +26,9 @@ PERFDATA = Path(__file__).resolve().parent.parent / "fixtures" / "perfdata"
 
 # Settings that are mappings or lists: config file only (cli/options.py says so for every such field), except
 # str -> str mappings, which are repeatable KEY=VALUE flags.
-FILE_ONLY = {"synthetic.gpu_count_mix", "synthetic.share_milli", "synthetic.models"}
+FILE_ONLY = {"synthetic.gpu_count_mix"}
 KEY_VALUE = {"columns"}
+LISTS = {"synthetic.share_milli", "synthetic.models"}  # one comma-separated flag each
 # Settings whose flag is not --<field-name> (named in the field's metadata).
 RENAMED = {"synthetic.num_jobs": "--jobs"}
 
@@ -70,6 +71,9 @@ def test_every_leaf_setting_has_a_flag_or_is_file_only():
         origin = typing.get_origin(annotation)
         if annotation == dict[str, str]:
             assert path in KEY_VALUE and expected_flag(path) in params, path
+            continue
+        if origin is list and typing.get_args(annotation)[0] in (str, int, float):
+            assert path in LISTS and expected_flag(path) in params, path
             continue
         if origin in (dict, list) or annotation in (dict, list):
             file_only.add(path)
@@ -134,6 +138,8 @@ VALUES = {
     "synthetic.duration_max_s": ("86400", 86400.0),
     "synthetic.inference_fraction": ("0.4", 0.4),
     "synthetic.cpu_milli_per_gpu": ("4000", 4000),
+    "synthetic.share_milli": ("100,500", [100, 500]),
+    "synthetic.models": ("resnet50,bert", ["resnet50", "bert"]),
     "synthetic.memory_mib_per_gpu": ("1024", 1024),
     "synthetic.cpu_only_cpu_milli": ("2000", 2000),
     "energy": (None, False),
