@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,8 @@ from .grid import (
     write_results,
 )
 from .jobmodel import require_one_job_model
-from .parallel import Execution, grid_done, run_tasks
+from .parallel import Execution, ProgressFn, grid_done, run_tasks
 from .window import rebase, window_input
-
-ProgressFn = Callable[[int, int], None]
 
 REGIONS = ("US-CAL-CISO", "US-NY-NYIS", "US-MIDA-PJM", "DE-LU")
 BASELINE = "price-unaware-always-on"

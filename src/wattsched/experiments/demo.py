@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +31,7 @@ import pandas as pd
 from ..core.atomic import write_text, write_with
 from ..engine.tail import PowerTail
 from .config import SimulationConfig
-from .parallel import grid_executor
-
-ProgressFn = Callable[[int, int], None]
+from .parallel import ProgressFn, grid_executor
 
 SIGNAL_YEAR = 2023
 # What every run shares besides the workload: a job model that allocation policies can scale (generated tables

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,10 +34,9 @@ from .grid import (
     write_results,
 )
 from .jobmodel import require_one_job_model
-from .parallel import Execution, grid_done, run_tasks
+from .parallel import FIRST_SEED, Execution, ProgressFn, grid_done, run_tasks
 from .window import rebase, window_input
 
-FIRST_SEED = 42
 DEFAULT_WORKLOAD = "gavel/msr/all"
 DEFAULT_MAX_JOBS = 500
 DEFAULT_NOISE = 0.05
@@ -70,8 +69,6 @@ TARGET_SAVING = {28: {"fifo": 30.0, "fifo-packed": 15.0, "gandiva": 5.0}, 64: {"
 TARGET_RUNTIME_PCT = 5.0
 TARGET_WALL_S = 600.0
 SERIES_POINTS = 400
-
-ProgressFn = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)

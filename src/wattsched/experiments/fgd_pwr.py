@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from ..engine.packing import PackingObserver, run_packing
 from ..policies import PLACEMENT_POLICIES
 from ..policies.base import Placement
 from ..policies.fgd import FragModel, typical_pods
-from .parallel import Execution, GridRun, grid_done, run_tasks
+from .parallel import FIRST_SEED, Execution, GridRun, ProgressFn, grid_done, run_tasks
 
 DEFAULT_POLICIES = (
     "random",
@@ -50,7 +50,6 @@ DEFAULT_POLICIES = (
     "pwr_100_fgd_900",
     "pwr_50_fgd_950",
 )
-FIRST_SEED = 42
 ARRIVED_PCT = np.arange(0, 131)  # FGD-style bins (% of cluster GPU capacity)
 GRID = np.arange(0, 1.005, 0.005)  # PWR-style grid (fraction of capacity)
 SAVINGS_BAND = (0.15, 0.80)  # x range over which power savings are averaged
@@ -97,8 +96,6 @@ PUBLISHED_SAVINGS = {  # PWR paper plots: savings vs FGD over x ~ 0.15-0.8 (Rand
 ALLOC_TOLERANCE_PP = 1.0
 SAVINGS_TARGET = (13.0, 16.0)
 GRAR_TARGET = ("pwr_200_fgd_800", 0.927, 0.01)
-
-ProgressFn = Callable[[int, int], None]
 
 
 # -- observer -----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,9 +36,8 @@ from ..policies.hkbu_dag import (
 )
 from ..workloads.hkbu_dag import GENERATORS, UPSTREAM_JOBS, generate
 from .grid import ExperimentResult, machine_description, save_figure, write_results
-from .parallel import Execution, grid_done, run_tasks
+from .parallel import FIRST_SEED, Execution, ProgressFn, grid_done, run_tasks
 
-FIRST_SEED = 42
 AWARE = "adadual"
 UNAWARE = "unaware"
 DEFAULT_MODES = ("adadual", "exclusive", "unaware")
@@ -46,8 +45,6 @@ CDF_REFERENCE = ("ssf", "lwf")  # the placement and pick whose JCT distribution 
 # The upstream repository's README is one line ("# dl_scheduling") and its docs state no result; the paper text was
 # not read (docs/hkbu-dag.md §7). Nothing to print beside the measured figures.
 PUBLISHED_CLAIMS: dict[str, str] = {}
-
-ProgressFn = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +35,10 @@ from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
 from .config import SimulationConfig
 from .grid import ExperimentResult, save_figure, write_csv
 from .jobmodel import require_one_job_model
-from .parallel import Execution, grid_done, run_tasks
+from .parallel import FIRST_SEED, Execution, ProgressFn, grid_done, run_tasks
 from .window import rebase_rows, window_input
 
 LABEL = "HKBU-DVFS"
-FIRST_SEED = 42
 DEFAULT_GPUS = 512  # upstream simulates 2,048 GPUs; --gpus 2048 reproduces that scale
 MODES = ("offline", "online")
 ALGORITHMS = {"offline": OFFLINE_ALGORITHMS, "online": ONLINE_ALGORITHMS}
@@ -48,8 +47,6 @@ DRS_IDLE_TICKS = {"offline": 5, "online": 2}  # the simulator's default and its 
 # optimal core clock against the default on three GPUs for DNN training.
 TPDS_SAVING_PCT = (33.0, 35.0)
 EENERGY_TRAINING_SAVING_PCT = (8.7, 23.1)
-
-ProgressFn = Callable[[int, int], None]
 
 
 TRACE_GPUS = (

@@ -14,7 +14,6 @@ Outputs in DIR: ``ratios.csv``, ``philly.csv`` (when run), ``summary.json``, ``s
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +35,9 @@ from ..policies.hkbu_online_pd import (
 )
 from .grid import ExperimentResult, machine_description, save_figure, write_csv
 from .jobmodel import require_one_job_model
-from .parallel import Execution, grid_done, run_tasks
+from .parallel import Execution, ProgressFn, grid_done, run_tasks
 from .window import rebase_rows, window_input
 
-ProgressFn = Callable[[int, int], None]
 DEFAULT_RANDOM = 120
 DEFAULT_ORDER_SEARCHES = 20
 ORDER_SEARCH_STEPS = 150

@@ -23,7 +23,8 @@ from ..core.registry import Registry
 from .cells import CachedExecutor, CellCache, cells_dir
 from .grid import worker_count
 
-ProgressFn = Callable[[int, int], None]
+ProgressFn = Callable[[int, int], None]  # (done, total): every experiment's progress callback
+FIRST_SEED = 42  # the first of an experiment's seeds (the next ones count up from it)
 
 
 class GridExecutor(Protocol):

@@ -28,7 +28,7 @@ import os
 import platform
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,7 +42,7 @@ from ..core.errors import UnknownNameError, WattschedError
 from .config import SimulationConfig
 from .grid import parse_list
 from .jobmodel import require_one_job_model
-from .parallel import Execution, GridRun, grid_done, grid_executor
+from .parallel import FIRST_SEED, Execution, GridRun, ProgressFn, grid_done, grid_executor
 from .window import rebase, window_input
 
 POLICY = "powerflow"
@@ -56,7 +56,6 @@ DEFAULT_CAPS = (
     0.6,
 )  # SM-clock fractions of f_max (dvfs accepts 0.5-1 on the catalog GPUs)
 BUDGET_RANGE = (0.6, 1.2)  # sweep: fractions of the seed's largest baseline energy
-FIRST_SEED = 42
 TARGET_RATIO = 1.5  # target: PowerFlow's mean JCT at least 1.5x shorter than each baseline's at equal energy
 PAPER_RATIO = (1.57, 3.39)  # arXiv 2304.06381 abstract: "1.57-3.39x at most" (docs/seed-systems.md §2)
 BUDGET_TOLERANCE_PCT = 2.0
@@ -138,8 +137,6 @@ RUN_COLUMNS = (
     "model_digest",
     "wall_s",
 )
-
-ProgressFn = Callable[[int, int], None]
 
 
 # -- runs ---------------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +27,8 @@ from .config import SimulationConfig
 from .energy_setup import build_energy
 from .jobmodel import input_files
 from .outputs import placement_strings, stats, write_run_dir
+from .parallel import ProgressFn
 
-ProgressFn = Callable[[int, int], None]
 DEFAULT_ROUND_S = 300.0  # allocation round when neither the flag nor the policy sets one
 
 
