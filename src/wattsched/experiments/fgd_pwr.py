@@ -680,7 +680,8 @@ _STYLES = {  # (colour, line style, width): baselines thin solid, FGD black, PWR
 }
 
 
-def _line_style(policy: str, spare) -> dict[str, Any]:
+def line_style(policy: str, spare) -> dict[str, Any]:
+    """The line of a placement policy in the FGD/PWR figures (the report draws the same curves)."""
     color, ls, lw = _STYLES.get(policy, (next(spare), ":", 1.3))
     return {"color": color, "ls": ls, "lw": lw}
 
@@ -698,7 +699,7 @@ def write_plots(
     mean_grid = grid.groupby(["policy", "x"], sort=False).mean(numeric_only=True).reset_index()
     # tab10 is a ListedColormap, whose colors are a tuple; the stubs know only Colormap (no .colors).
     spare = iter(plt.get_cmap("tab10").colors * 4)  # type: ignore[attr-defined]
-    style = {p: _line_style(p, spare) for p in policies}
+    style = {p: line_style(p, spare) for p in policies}
 
     def save(fig, name: str) -> None:
         fig.tight_layout()

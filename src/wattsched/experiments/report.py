@@ -374,7 +374,7 @@ def plot_energy_jct(frame: pd.DataFrame, names: list[str]) -> tuple[str, str] | 
 def plot_fgd_pwr(source: Path, key: str) -> tuple[str, str] | None:
     """The FGD/PWR curves of one experiment directory: GPU allocation and fragmentation against the arrived
     workload, estimated cluster power and GRAR on the 0.005 grid, each the mean over seeds per policy."""
-    from .fgd_pwr import _line_style
+    from .fgd_pwr import line_style
 
     try:
         curves = pd.read_csv(source / "curves.csv")
@@ -391,7 +391,7 @@ def plot_fgd_pwr(source: Path, key: str) -> tuple[str, str] | None:
     plt = _pyplot()
     policies = list(dict.fromkeys(curves["policy"].astype(str)))
     spare = iter(plt.get_cmap("tab10").colors * 4)
-    style = {p: _line_style(p, spare) for p in policies}
+    style = {p: line_style(p, spare) for p in policies}
     mean_curve = curves.groupby(["policy", "arrived_pct"], sort=False).mean(numeric_only=True).reset_index()
     panels = [("arrived_pct", "alloc_pct", "GPU allocation ratio (%)", mean_curve)]
     if "frag_ratio_pct" in curves:
