@@ -105,31 +105,52 @@ def test_the_command_and_its_flags_come_from_the_config(tmp_path):
     assert list(pd.read_csv(tmp_path / "records.csv")["idle_timeout_s"]) == [math.inf, 600.0]
 
 
+class Interrupted(RuntimeError):
+    pass
+
+
+class FlakySweep(IdleTimeoutSweep):
+    """The sweep, whose file writing fails while `failing` is set: as if interrupted after its runs finished."""
+
+    failing = True
+
+    def plots(self, cfg, records, out):
+        if FlakySweep.failing:
+            raise Interrupted
+        return super().plots(cfg, records, out)
+
+
 def test_an_interrupted_grid_resumes_from_its_finished_cells(tmp_path):
     """The protocol's executor keeps finished cells until the files are written: a rerun after an interruption
     runs only the rest (the cell cache of experiments/cells.py)."""
     from wattsched.experiments.cells import cells_dir
 
-    class Interrupt(RuntimeError):
-        pass
-
-    calls = []
-
-    def notify(line: str) -> None:
-        calls.append(line)
-
-    sweep = IdleTimeoutSweep()
+    lines: list[str] = []
     cfg = IdleTimeoutSweepConfig(max_jobs=60, timeouts_s=[600.0])
-    original = sweep.plots
-
-    def fail(*args):
-        raise Interrupt
-
-    sweep.plots = fail  # the runs finish, then the write fails: as if interrupted before the files
-    with pytest.raises(Interrupt):
-        run_experiment(sweep, cfg, tmp_path, workers=1, execution=Execution(notify=notify))
+    with pytest.raises(Interrupted):
+        run_experiment(FlakySweep(), cfg, tmp_path, workers=1, execution=Execution(notify=lines.append))
     assert any(cells_dir(tmp_path).iterdir())
-    sweep.plots = original
-    run_experiment(sweep, cfg, tmp_path, workers=1, execution=Execution(notify=notify))
-    assert any(line.startswith("resumed 2 of 2 runs") for line in calls), calls
+    FlakySweep.failing = False
+    run_experiment(FlakySweep(), cfg, tmp_path, workers=1, execution=Execution(notify=lines.append))
+    assert any(line.startswith("resumed 2 of 2 runs") for line in lines), lines
     assert not cells_dir(tmp_path).exists() or not any(cells_dir(tmp_path).iterdir())
+
+
+class WithOwnColumns(IdleTimeoutSweep):
+    """The sweep with a column of its own and one window per policy kind (to test the two hooks)."""
+
+    def extra(self, result):
+        return {"boots": int(result.summary.get("power_transitions", {}).get("boots", -1))}
+
+    def window_group(self, keys):
+        return math.isinf(keys["idle_timeout_s"])
+
+
+def test_own_columns_follow_the_metrics_and_windows_follow_the_groups(tmp_path):
+    cfg = IdleTimeoutSweepConfig(max_jobs=60, timeouts_s=[600.0])
+    result = run_experiment(WithOwnColumns(), cfg, tmp_path, workers=1)
+    columns = list(result.records.columns)
+    assert columns[-1] == "boots" and columns.index("boots") > columns.index("restarts")
+    assert "common window per group of compared runs" in result.window
+    assert [r["run"].split()[-1] for r in rows_of(tmp_path)] == ["idle_timeout_s=inf", "idle_timeout_s=600"]
+    assert "| boots |" in (tmp_path / "summary.md").read_text()

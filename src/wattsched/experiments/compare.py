@@ -455,7 +455,8 @@ def is_protocol_output(path: Path) -> bool:
 
 def protocol_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a protocol experiment's ``records.csv``: its metric columns carry the comparison's names
-    already; every other column but the labels tells its runs apart."""
+    already; the columns between ``experiment`` and ``policy`` tell its runs apart (the row label); columns of the
+    experiment's own after the metrics are not compared."""
     file = path / PROTOCOL_RECORDS
     try:
         table = pd.read_csv(file)
@@ -463,7 +464,8 @@ def protocol_rows(path: Path) -> list[dict[str, Any]]:
         raise WattschedError(f"{file}: cannot read the experiment's records ({one_line(exc)})") from None
     known = {m.key for m in METRICS}
     metric_columns = [c for c in table.columns if c in known or is_component(c)]
-    keys = [c for c in table.columns if c not in metric_columns and c not in (*LABEL_COLUMNS, "basis")]
+    columns = list(table.columns)
+    keys = columns[columns.index("experiment") + 1 : columns.index("policy")]  # the schema: keys sit between
     rows = []
     for i, row in enumerate(table.to_dict("records")):
         label = " ".join(f"{k}={_text(row[k])}" for k in keys if not _is_missing(row[k])) or f"row {i + 1}"

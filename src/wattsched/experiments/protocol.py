@@ -25,16 +25,19 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import pandas as pd
 from pydantic import BaseModel
 
 from ..core.registry import Registry
 from .config import SimulationConfig
+
+if TYPE_CHECKING:
+    from .run import RunResult
 from .parallel import Execution, ProgressFn, grid_done, run_tasks
 
 RECORDS_FILE = "records.csv"
@@ -60,6 +63,16 @@ class Experiment(ABC):
     def grid(self, cfg: BaseModel) -> list[Cell]:
         """The runs, in the order their rows are written."""
 
+    def window_group(self, keys: dict[str, Any]) -> Hashable:
+        """Which runs are compared with one another, and so charged over one common window (all by default;
+        e.g. one group per cluster size where runs on different clusters are never compared)."""
+        return 0
+
+    def extra(self, result: RunResult) -> dict[str, Any]:
+        """Columns of the experiment's own beside the shared metrics, from a finished run (in the worker: the
+        whole run is at hand, its per-job table and time series included)."""
+        return {}
+
     def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
         """Lines for the summary's top, drawn from the records (the experiment's finding)."""
         return []
@@ -82,17 +95,21 @@ class ProtocolResult:
     workers: int
 
 
-def _run_cell(
-    cells: Sequence[Cell], index: int
-) -> tuple[int, dict[str, Any], dict[str, float], str, list[str]]:
-    """One cell, in a worker: its index, what the common window needs of its summary, its metrics and policy."""
+_Done = tuple[int, dict[str, Any], dict[str, float], str, list[str], dict[str, Any]]
+
+
+def _run_cell(shared: tuple[Experiment, Sequence[Cell]], index: int) -> _Done:
+    """One cell, in a worker: its index, what the common window needs of its summary, its metrics, policy,
+    bases and the experiment's own columns."""
     from .compare import summary_metrics, summary_policy
     from .run import run_simulation
     from .window import window_input
 
-    summary = run_simulation(cells[index].config).summary
+    experiment, cells = shared
+    result = run_simulation(cells[index].config)
+    summary = result.summary
     policy, bases = summary_policy(summary)
-    return index, window_input(summary), summary_metrics(summary), policy, bases
+    return index, window_input(summary), summary_metrics(summary), policy, bases, experiment.extra(result)
 
 
 def run_experiment(
@@ -114,11 +131,17 @@ def run_experiment(
     out.mkdir(parents=True, exist_ok=True)
     cells = experiment.grid(cfg)
     tasks = [(i,) for i in range(len(cells))]
-    done = run_tasks(_run_cell, cells, tasks, workers, progress, out, execution)
+    done = run_tasks(_run_cell, (experiment, cells), tasks, workers, progress, out, execution)
     rows: list[_Record] = []
-    for index, window_in, metrics, policy, bases in sorted(done.results, key=lambda r: r[0]):
-        rows.append(_Record(index, window_in, metrics, policy, bases))
-    window = rebase(rows, lambda r: 0, lambda r: cells[r.index].config, "experiment")
+    for index, window_in, metrics, policy, bases, extra in sorted(done.results, key=lambda r: r[0]):
+        rows.append(_Record(index, window_in, metrics, policy, bases, extra))
+    groups = len({experiment.window_group(c.keys) for c in cells})
+    window = rebase(
+        rows,
+        lambda r: experiment.window_group(cells[r.index].keys),
+        lambda r: cells[r.index].config,
+        "experiment" if groups == 1 else "group of compared runs",
+    )
     records = pd.DataFrame([_row(experiment.name, cells[r.index], r) for r in rows])
     files = [out / RECORDS_FILE, out / SUMMARY_FILE, out / CONFIG_FILE]
     write_csv(files[0], records)
@@ -141,6 +164,7 @@ class _Record:
     metrics: dict[str, float]
     policy: str
     bases: list[str]
+    extra: dict[str, Any]
 
     def __post_init__(self) -> None:
         self.energy_kwh = self.metrics["energy_kwh"]
@@ -157,7 +181,14 @@ def _row(name: str, cell: Cell, r: _Record) -> dict[str, Any]:
         "cost_usd": r.cost_usd,
         "co2_kg": r.co2_kg,
     }
-    return {"experiment": name, **cell.keys, "policy": r.policy, "basis": " | ".join(r.bases), **metrics}
+    return {
+        "experiment": name,
+        **cell.keys,
+        "policy": r.policy,
+        "basis": " | ".join(r.bases),
+        **metrics,
+        **r.extra,
+    }
 
 
 # -- the one renderer --------------------------------------------------------------------------------------------
@@ -166,25 +197,25 @@ def render_summary(
 ) -> str:
     """``summary.md`` of any protocol experiment: what it is, its settings, its finding, every run's figures under
     the comparison's metric names, the accounting window and the reconstructions it ran."""
-    from .compare import LABEL_COLUMNS, column_definitions, format_value, shown_metrics
+    from .compare import METRICS, column_definitions, format_value, is_component, shown_metrics
 
     frame = records.copy()
     metrics = shown_metrics(frame)
-    keys = [
-        c for c in frame.columns if c not in {m.key for m in metrics} and c not in (*LABEL_COLUMNS, "basis")
-    ]
-    keys = [c for c in keys if not c.startswith("energy_") and c != "own_window_kwh"]
+    columns = list(frame.columns)
+    keys = columns[columns.index("experiment") + 1 : columns.index("policy")]  # the cell's keys sit between
+    known = {m.key for m in METRICS}
+    own = [c for c in columns[columns.index("basis") + 1 :] if c not in known and not is_component(c)]
     lines = [f"# {experiment.name}", "", experiment.description, ""]
     settings = cfg.model_dump(mode="json")
     lines += ["Settings: " + ", ".join(f"`{k}={_plain(v)}`" for k, v in settings.items()), ""]
     headline = experiment.headline(cfg, records)
     if headline:
         lines += [*headline, ""]
-    header = [*keys, "policy", *(m.header for m in metrics)]
+    header = [*keys, "policy", *(m.header for m in metrics), *own]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in frame.to_dict("records"):
         cells = [_plain(row[k]) for k in keys] + [str(row["policy"])]
-        cells += [format_value(m, float(row[m.key])) for m in metrics]
+        cells += [format_value(m, float(row[m.key])) for m in metrics] + [_plain(row[c]) for c in own]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", window, ""]
     definitions = column_definitions(frame, [m.key for m in metrics])
