@@ -10,7 +10,7 @@ from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import run_simulation
 
 TARGET_RATIO = (
-    3.0  # the issues' targets: a policy's Philly replay in under 3x the plain fifo + best-fit replay
+    3.0  # the targets: a policy's Philly replay in under 3x the plain fifo + best-fit replay
 )
 
 

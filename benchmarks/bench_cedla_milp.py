@@ -1,4 +1,4 @@
-"""CE-DLA planners (issue 10): the exact MILP at the issue's size limit, and the greedy's cost gap to it.
+"""CE-DLA planners: the exact MILP at the size the exact planner is held to, and the greedy's cost gap to it.
 
 1. Random instances of the limit solve to optimality (relative gap 1e-4) in 60 s.
 2. On 20 random small instances (4 nodes of 8 GPUs, 24 slots, 8 jobs, 2 services) the greedy planner's cost is

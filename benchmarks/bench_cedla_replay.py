@@ -1,4 +1,4 @@
-"""CE-DLA (issue 10): the `cedla` policy replays the Philly trace for one region in under 3x the wall time of the
+"""CE-DLA: the `cedla` policy replays the Philly trace for one region in under 3x the wall time of the
 plain FIFO + best-fit replay, both measured in this run on this machine.
 
 Both runs: workload `philly` on cluster `philly`, region and year as given, deadlines at submit + 3 x duration.

@@ -1,4 +1,4 @@
-"""The demo's wall time (issue 14: under 60 s on 2 cores after installation), as a person runs it.
+"""The demo's wall time (target: under 60 s on 2 cores after installation), as a person runs it.
 
 Times `wattsched demo --quiet` end to end in a fresh process (interpreter start-up, imports, the six runs, the
 comparison and the HTML report) and, in the same run as a reference, `wattsched simulate` of the demo's baseline

@@ -1,4 +1,4 @@
-"""Energy benchmark (issue 3): cost of energy accounting plus the idle-timeout power manager on the Philly replay.
+"""Energy benchmark: cost of energy accounting plus the idle-timeout power manager on the Philly replay.
 
 Runs the foundation case (fifo + best-fit, no energy accounting) and the same replay with the linear power model,
 idle-timeout power manager and CAISO 2023 price and carbon signals, alternating, and reports the best of N runs

@@ -1,6 +1,6 @@
-"""Seed-system experiments (issues 8 and 9): wall time of each whole experiment, with a reference in the same run.
+"""Seed-system experiments (PowerFlow, EaCO): wall time of each whole experiment, with a reference in the same run.
 
-The issues state absolute targets: each experiment under 10 minutes on 2 cores. Machines of the same kind differ
+The targets are absolute: each experiment under 10 minutes on 2 cores. Machines of the same kind differ
 up to 3x in speed, so the Philly replay (fifo + best-fit, the foundation case) is timed in the same invocation and
 each experiment's time is also reported as a ratio to it; BENCHMARKS.md records both times and the ratio.
 

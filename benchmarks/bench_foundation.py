@@ -1,4 +1,4 @@
-"""Foundation benchmarks (issue 2): wall time and peak memory of three simulate runs.
+"""Foundation benchmarks: wall time and peak memory of three simulate runs.
 
 Each case runs in a fresh child process (so peak RSS is its own) through the same code path as
 `wattsched simulate ... --out DIR`, including loading the trace and writing the run directory.

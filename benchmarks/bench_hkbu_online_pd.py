@@ -1,4 +1,4 @@
-"""HKBU-OnlinePD-reconstructed (issue 11, part 3): `hkbu-online-pd` replays the full Philly trace in under 3x the
+"""HKBU-OnlinePD-reconstructed: `hkbu-online-pd` replays the full Philly trace in under 3x the
 wall time of the plain FIFO + best-fit replay, both measured in this run on this machine.
 
 Both runs: workload `philly` on cluster `philly` (82,247 jobs), deadlines at submit + 3 x duration, default energy

@@ -1,4 +1,4 @@
-"""Benchmark of the Kubernetes backends (issue 13) on the Alibaba v2023 default trace and its 1,213-node cluster.
+"""Benchmark of the Kubernetes backends on the Alibaba v2023 default trace and its 1,213-node cluster.
 
 Sub-commands (default: ``all``, the three in turn):
 

@@ -1,4 +1,4 @@
-"""Issue 12: decision latency of the live scheduler with 1,000 pending jobs, on the 3-node test cluster shape and on
+"""Decision latency of the live scheduler with 1,000 pending jobs, on the 3-node test cluster shape and on
 the 1,213-node Alibaba v2023 shape, through the in-memory Slurm front end (JSON as Slurm 22.05 prints it).
 
 A decision is the scheduler's pass (wattsched_decision_latency_seconds); reading the state (sinfo/squeue JSON parsed

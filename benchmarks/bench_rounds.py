@@ -1,4 +1,4 @@
-"""Allocation-rounds benchmark (issue 7): round-based policies against the plain replay, measured in one run.
+"""Allocation-rounds benchmark: round-based policies against the plain replay, measured in one run.
 
 Machines of the same kind differ up to 3x in speed, so the targets are ratios against a reference measured in
 the same invocation: the Philly replay with fifo + best-fit (the foundation case). The cases alternate, each in
