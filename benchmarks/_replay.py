@@ -9,9 +9,7 @@ import time
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import run_simulation
 
-TARGET_RATIO = (
-    3.0  # the targets: a policy's Philly replay in under 3x the plain fifo + best-fit replay
-)
+TARGET_RATIO = 3.0  # the targets: a policy's Philly replay in under 3x the plain fifo + best-fit replay
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
