@@ -100,6 +100,7 @@ BLOCKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # three CLI processes, ~3 s: `make test-fast` leaves it out
 def test_simulator_runs_without_the_optional_libraries(tmp_path):
     """`wattsched --help` and `simulate` in a process where none of the optional libraries can be imported."""
     (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(blocked=sorted(OPTIONAL_MODULES)))
