@@ -5,7 +5,7 @@
 It needs only the agent's own dependencies (nvidia-ml-py, prometheus-client) beside `src/`, so it runs on a GPU
 machine without the rest of wattsched's stack. It never changes a GPU setting: the lent GPU machines' rules say to
 leave the accelerator's settings as they are, so the write path (power limits, locked clocks, restoring them on
-exit) stays tested on the fake NVML only (tests/unit/test_agent.py).
+exit) stays tested on the fake NVML only (tests/integration/test_agent.py).
 
 1. The agent's view of every GPU through NVML, and every DCGM-named metric over HTTP from the agent's server, with
    plausibility checks (watts not milliwatts, MHz, MiB, the limit inside its constraints, the energy counter rising

@@ -179,6 +179,7 @@ def assert_energy_matches(ledger, integrator) -> None:
     assert got["facility_overhead"] == pytest.approx((ledger.pue - 1.0) * sum(integrator.energy.values()))
 
 
+@pytest.mark.slow  # ~50 s on 2 cores: `make test-fast` leaves it out
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nodes=st.lists(node_st, min_size=1, max_size=4),

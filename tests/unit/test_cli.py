@@ -136,6 +136,7 @@ def test_policies_lists_registered_names():
         assert name in res.output
 
 
+@pytest.mark.slow  # the whole demo, ~7 s: `make test-fast` leaves it out
 def test_demo_runs_the_energy_aware_policies_on_built_in_data_only(tmp_path, monkeypatch):
     import pandas as pd
     import yaml

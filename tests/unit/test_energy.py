@@ -219,6 +219,7 @@ def replay_fuzzed(rows, spec, **kw):
     return sim, out
 
 
+@pytest.mark.slow  # ~13 s on 2 cores: `make test-fast` leaves it out
 def test_work_arriving_after_the_queue_drained_still_boots_nodes():
     # A case found by fuzzing: the queue emptied while nodes were off, then a 12-GPU gang arrived. The re-plan
     # trigger compared against the queue length from before the queue drained, so nothing booted and the gang

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.unit.test_agent import running_agent
+from tests.agent_fixtures import running_agent
 from wattsched.agent.control import GpuAgent
 from wattsched.agent.fake_nvml import FakeNvml
 from wattsched.agent.jobmeter import JobMeter

@@ -241,6 +241,7 @@ def test_power_limit_outside_the_range_is_refused() -> None:
     assert nvml.calls == []
 
 
+@pytest.mark.slow  # a profiler process, ~4 s: `make test-fast` leaves it out
 def test_profile_process_restores_power_limit_on_sigterm(tmp_path: Path) -> None:
     state_file = tmp_path / "fake-nvml.json"
     state_file.write_text(json.dumps({"gpus": [{"power_limit_mw": 320_000, "locked_clocks_mhz": None}]}))
@@ -280,6 +281,7 @@ STEPPER = (
 )
 
 
+@pytest.mark.slow  # job processes, ~4 s: `make test-fast` leaves it out
 def test_command_jobs_report_steps_or_give_power_only(tmp_path: Path) -> None:
     script = tmp_path / "stepper.py"
     script.write_text(STEPPER)

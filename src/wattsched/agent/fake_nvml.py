@@ -3,7 +3,7 @@
 It has the pynvml names the agent calls, with the same return types and units: power in mW, energy in mJ,
 clocks in MHz, memory in bytes, temperature in C, ``nvmlDeviceGetPowerManagementLimitConstraints`` as a
 ``[min_mw, max_mw]`` list, and the ``NVMLError`` subclasses and ``NVML_ERROR_*`` codes of nvidia-ml-py
-13.615.71 (tests/unit/test_agent.py checks the codes against the installed pynvml). Like NVML, setters
+13.615.71 (tests/integration/test_agent.py checks the codes against the installed pynvml). Like NVML, setters
 refuse values outside the constraints (``NVML_ERROR_INVALID_ARGUMENT``) and, with ``deny_set``, raise
 ``NVML_ERROR_NO_PERMISSION`` as a non-root caller gets on a real GPU.
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import print_error, user_errors
+from .common import print_error, require_extra, user_errors
 
 # = agent.auth.DEFAULT_SOCKET and SOCKET_ENV (not imported here, so that `wattsched --help` stays fast)
 DEFAULT_SOCKET = "/run/wattsched/agent.sock"
@@ -49,6 +49,9 @@ def agent_command(
     """Per-node GPU agent: DCGM-named Prometheus metrics at /metrics and a JSON API for power limits and locked
     SM clocks. Reads are open over TCP; changes only over --socket, from root and the --allow-user/--allow-group
     callers (docs/agent.md §3). Restores every changed setting on exit, SIGTERM and SIGINT."""
+    require_extra("prometheus_client", "agent")
+    if nvml == "real":
+        require_extra("pynvml", "agent")
     from ..agent.auth import WriteAccess, default_socket_group, resolve_group, socket_summary
     from ..agent.nvml import load_nvml
     from ..agent.server import AgentHttpServer, AgentSocketServer, GpuAgent, serve_until_stopped

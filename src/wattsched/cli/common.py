@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePath
@@ -21,6 +22,17 @@ err_console = Console(stderr=True)
 _LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]\s*")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _EXPECTED_FILE = {"workload": "a CSV file", "cluster": "a cluster YAML file"}
+
+# The optional dependencies (pyproject.toml [project.optional-dependencies]): module -> (what it is, the extra
+# that installs it). `pip install wattsched` alone is the simulator; the commands that need one of these import
+# it when they run, and say which extra to install when it is missing (require_extra, user_errors).
+OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
+    "kubernetes": ("the kubernetes client", "k8s"),
+    "prometheus_client": ("prometheus-client", "live"),
+    "pynvml": ("NVML bindings (nvidia-ml-py)", "agent"),
+    "matplotlib": ("matplotlib", "plots"),
+    "ray": ("Ray", "ray"),
+}
 
 
 def one_line(message: str) -> str:
@@ -62,11 +74,57 @@ def _describe_decode_error(exc: UnicodeDecodeError) -> str:
     return f"{where}not UTF-8 text: {exc}"
 
 
+def _command_path() -> str:
+    """``wattsched serve k8s-scheduler`` while a command runs; "this command" outside one."""
+    for name in ("typer._click.globals", "click.globals"):  # typer's own click (newer typer), else click's
+        try:
+            ctx = importlib.import_module(name).get_current_context(silent=True)
+        except (ImportError, AttributeError):
+            continue
+        if ctx is not None:
+            return str(ctx.command_path)
+    return "this command"
+
+
+def missing_extra(module: str, command: str | None = None, extra: str | None = None) -> str:
+    """``wattsched serve k8s-scheduler needs the kubernetes client: pip install 'wattsched[k8s]'``."""
+    what, default_extra = OPTIONAL_MODULES[module]
+    return f"{command or _command_path()} needs {what}: pip install 'wattsched[{extra or default_extra}]'"
+
+
+def require_extra(module: str, extra: str | None = None) -> None:
+    """Exit 2 with one line naming the extra when the optional `module` is not installed (before anything
+    starts: no server half up, no traceback)."""
+    if not extra_installed(module):
+        print_error(missing_extra(module, extra=extra))
+        raise typer.Exit(2)
+
+
+def extra_installed(module: str) -> bool:
+    """Whether the optional `module` can be imported (found on the path; nothing is imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a module left half-imported
+        return False
+
+
+def _optional_module(exc: ModuleNotFoundError) -> str | None:
+    root = (exc.name or "").split(".")[0]
+    return root if root in OPTIONAL_MODULES else None
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn user-fixable errors into one `error: ...` line on stderr and exit code 2."""
+    """Turn user-fixable errors into one `error: ...` line on stderr and exit code 2 (a missing optional
+    dependency included: the line names the extra that installs it)."""
     try:
         yield
+    except ModuleNotFoundError as exc:
+        module = _optional_module(exc)
+        if module is None:
+            raise
+        print_error(missing_extra(module))
+        raise typer.Exit(2) from None
     except WattschedError as exc:
         print_error(_describe(exc))
         raise typer.Exit(2) from None

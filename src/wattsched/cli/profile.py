@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from .common import console, err_console, print_error, progress_bar, user_errors
+from .common import console, err_console, missing_extra, print_error, progress_bar, user_errors
 
 
 def _numbers(text: str | None, option: str, kind: type = float) -> list:
@@ -150,7 +150,7 @@ def _nvml_and_runner(kind: str, device_index: int, regime: str, warmup_steps: in
         library = load_nvml(kind)
     except ImportError:
         raise ProfileError(
-            "NVML's Python binding is missing: pip install nvidia-ml-py (module pynvml); or try --nvml fake"
+            f"{missing_extra('pynvml', 'wattsched profile --nvml real')} (module pynvml); or try --nvml fake"
         ) from None
     if kind == "fake":
         from ..profiling.fake import SimulatedJobRunner

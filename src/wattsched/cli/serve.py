@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import console, user_errors
+from .common import console, require_extra, user_errors
 
 serve_app = typer.Typer(help="Run the scheduler live on a cluster manager.", no_args_is_help=True)
 
@@ -129,6 +129,7 @@ def slurm(
 ) -> None:
     """Place Slurm jobs submitted held (sbatch --hold) with wattsched's policies: observe with sinfo/squeue --json,
     start with scontrol update nodelist= + scontrol release."""
+    require_extra("prometheus_client", "live")
     from ..backends.driver import LiveDriver, LiveMetrics
     from ..backends.profile_recorder import ProfileRecorder
     from ..backends.slurm.backend import SlurmBackend
@@ -301,6 +302,8 @@ def k8s_extender(
 ) -> None:
     """A kube-scheduler extender: POST <prefix>/filter, /prioritize and /bind score and bind pods with a wattsched
     placement policy (docs/live-kubernetes.md)."""
+    if not offline:
+        require_extra("kubernetes")
     from ..backends.k8s.extender import Extender, ExtenderServer
     from ..backends.k8s.watcher import ClusterWatcher
 
@@ -393,6 +396,7 @@ def k8s_scheduler(
     --allocation or --power-manager: the full policy contract (the same LiveDriver as serve slurm: start = bind,
     stop = evict with a checkpoint annotation, power = cordon + the node power hook); with --placement alone: each
     pod placed as it comes (docs/live-kubernetes.md)."""
+    require_extra("kubernetes")  # --offline too: its bindings and events are the client's models
     from ..backends.k8s.scheduler import CustomScheduler
 
     with user_errors():

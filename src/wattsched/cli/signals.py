@@ -15,7 +15,7 @@ from ..core.atomic import write_with
 from ..core.errors import UnknownNameError
 from ..data import registry
 from ..energy import signals as sig
-from .common import console, user_errors
+from .common import console, extra_installed, missing_extra, user_errors
 
 signals_app = typer.Typer(
     help="Inspect hourly electricity prices and grid carbon intensity.", no_args_is_help=True
@@ -251,6 +251,9 @@ def show(
             console.print(f"source: {text}", highlight=False)
 
         target = out if out is not None else Path(f"signals_{region}_{year}.png")
+        if not extra_installed("matplotlib"):
+            console.print(f"plot skipped: {missing_extra('matplotlib')}", highlight=False, soft_wrap=True)
+            return
         _plot(signals, profiles, target)
         console.print(f"plot: {target}", highlight=False)
 

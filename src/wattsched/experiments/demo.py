@@ -195,7 +195,7 @@ def run_demo(
     """Every run of DEMO_RUNS into OUT/<name>, then OUT/comparison.csv and OUT/report.html."""
     from .compare import comparison
     from .jobmodel import require_one_job_model
-    from .report import build_report
+    from .report import PLOTS_SKIPPED, build_report, plots_available
     from .window import record_in_run_dirs
 
     price, carbon = write_generated_signals(out / "signals")
@@ -234,4 +234,6 @@ def run_demo(
         runs, out / BASELINE, title="wattsched demo: energy-aware policies", notes=described, frame=frame
     )
     write_text(out / "report.html", html)
+    if not plots_available():
+        notes.append(PLOTS_SKIPPED)
     return DemoResult(out, runs, table, out / "report.html", notes)

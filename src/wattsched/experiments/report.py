@@ -13,6 +13,7 @@ out (the CLI writes it).
 from __future__ import annotations
 
 import html
+import importlib.util
 import io
 import json
 import math
@@ -137,6 +138,16 @@ def short_names(frame: pd.DataFrame) -> list[str]:
 
 
 # -- plots ---------------------------------------------------------------------------------------------------
+PLOTS_SKIPPED = "plots skipped: matplotlib is not installed (pip install 'wattsched[plots]')"
+
+
+def plots_available() -> bool:
+    """matplotlib is an extra (`wattsched[plots]`): without it the report has its tables and no figures."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        return False
+
 
 
 def _svg(fig, key: str) -> str:
@@ -732,6 +743,10 @@ def build_report(
     parts += details
 
     parts.append('<h2 id="plots">Plots</h2>')
+    if not plots_available():
+        parts.append(f'<p class="missing" id="plots-skipped">{esc(PLOTS_SKIPPED.capitalize())}.</p>')
+        parts.append("</body></html>\n")
+        return "\n".join(parts)
     no_series = "No run directory among the inputs records this time series (experiment tables hold none)."
     figures: list[tuple[str, str, Callable[[], tuple[str, str] | None], str]] = [
         ("power", "Cluster power, price and carbon", lambda: plot_power(runs), no_series),

@@ -6,20 +6,15 @@ One test reads real GPUs through pynvml and skips where ``nvmlInit`` fails (no d
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import os
-import selectors
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pynvml
@@ -27,15 +22,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from tests.agent_fixtures import running_agent, start_agent_process
 from wattsched.agent import fake_nvml
-from wattsched.agent.auth import WriteAccess
 from wattsched.agent.client import AgentClient, AgentRequestError, _UnixHTTPConnection
 from wattsched.agent.fake_nvml import FakeNvml, read_state_file
 from wattsched.agent.server import (
     DCGM_METRICS,
     LABELS,
     AgentHttpServer,
-    AgentSocketServer,
     GpuAgent,
 )
 from wattsched.cli.agent import agent_command
@@ -48,30 +42,6 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@contextlib.contextmanager
-def running_agent(
-    nvml: FakeNvml, host: str = "127.0.0.1", access: WriteAccess | None = None
-) -> Iterator[tuple[AgentClient, GpuAgent]]:
-    """The agent on a free TCP port and on a Unix socket in a fresh directory (0755, as /run/wattsched). The client
-    talks over the socket (``client.socket_path``); ``client.base_url`` is the TCP address (reads only)."""
-    agent = GpuAgent(nvml, hostname="node7")
-    directory = tempfile.mkdtemp(prefix="wattsched-agent-")
-    os.chmod(directory, 0o755)
-    path = os.path.join(directory, "agent.sock")
-    servers = [AgentHttpServer(agent, host, 0, write_socket=path)]
-    servers.append(AgentSocketServer(agent, path, access))
-    for server in servers:
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        yield AgentClient("127.0.0.1", servers[0].port, socket_path=path), agent
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()
-        agent.close()
-        os.rmdir(directory)  # the socket server removed its socket
 
 
 def samples_by_name(text: str) -> dict[str, dict[str, float]]:
@@ -345,36 +315,12 @@ def test_unreachable_agent_is_a_clear_error() -> None:
 # -- the CLI process: restoration on SIGTERM and SIGINT -------------------------------------------------------
 
 
-def _start_agent_process(state_file: Path, *options: str) -> tuple[subprocess.Popen[str], int, str]:
-    """`wattsched agent --nvml fake --port 0` with its socket beside `state_file` (unless `options` name one); the
-    process, its TCP port and its second line (the socket, its mode and who may change)."""
-    env = {**os.environ, fake_nvml.STATE_FILE_ENV: str(state_file), fake_nvml.GPU_COUNT_ENV: "2"}
-    command = [sys.executable, "-c", "from wattsched.cli.main import app; app()", "agent", "--nvml", "fake"]
-    if "--socket" not in options:
-        options = ("--socket", str(state_file.parent / "agent.sock"), *options)
-    process = subprocess.Popen(
-        [*command, "--port", "0", *options],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout=15):
-            process.kill()
-            pytest.fail("the agent did not start within 15 s")
-    line = process.stdout.readline()
-    assert "via fake NVML at http://127.0.0.1:" in line, line + process.stderr.read()
-    return process, int(line.split("http://127.0.0.1:", 1)[1].split(" ", 1)[0]), process.stdout.readline()
-
-
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_agent_process_restores_settings_on_signal(tmp_path: Path, stop_signal: signal.Signals) -> None:
     state_file = tmp_path / "fake-nvml.json"
     preset = {"gpus": [{"power_limit_mw": 300_000, "locked_clocks_mhz": None}] * 2, "deny_set": False}
     state_file.write_text(json.dumps(preset))
-    process, _port, socket_line = _start_agent_process(state_file)
+    process, _port, socket_line = start_agent_process(state_file)
     try:
         client = AgentClient(socket_path=str(tmp_path / "agent.sock"))
         client.set_power_limit(0, 200)

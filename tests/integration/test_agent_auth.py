@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.unit.test_agent import _start_agent_process, running_agent
+from tests.agent_fixtures import running_agent, start_agent_process
 from wattsched.agent import auth
 from wattsched.agent.auth import PeerCredentials, WriteAccess, bind_private_socket, peer_credentials
 from wattsched.agent.client import AgentClient, AgentRequestError
@@ -209,7 +209,7 @@ def agent_process(*options: str) -> Iterator[AgentRun]:
         state_file = Path(tmp) / "fake-nvml.json"
         preset = {"gpus": [{"power_limit_mw": 300_000, "locked_clocks_mhz": None}] * 2, "deny_set": False}
         state_file.write_text(json.dumps(preset))
-        process, port, socket_line = _start_agent_process(state_file, *options)
+        process, port, socket_line = start_agent_process(state_file, *options)
         socket_path = str(Path(tmp) / "agent.sock")
         run = AgentRun(
             state_file, AgentClient("127.0.0.1", port), AgentClient(socket_path=socket_path), socket_line

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from tests.unit.test_agent import running_agent
+from tests.agent_fixtures import running_agent
 from wattsched.agent.fake_nvml import FakeNvml
 from wattsched.agent.jobs import apply_setting, decode_setting, encode_setting, job_gpus, reset_gpus
 from wattsched.backends.driver import LiveDriver
