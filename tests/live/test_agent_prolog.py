@@ -24,7 +24,7 @@ from wattsched.agent.client import AgentClient
 from wattsched.agent.fake_nvml import read_state_file
 from wattsched.backends.slurm.backend import SlurmBackend, subprocess_runner
 from wattsched.backends.slurm.testbed import LocalSlurm
-from wattsched.energy.dvfs import GpuSetting
+from wattsched.core.settings import GpuSetting
 
 pytestmark = pytest.mark.slurm
 

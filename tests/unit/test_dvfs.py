@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from tests.conftest import require_real_file
 from wattsched.core.errors import InputError, UnknownNameError, WattschedError
 from wattsched.core.gpus import GPU_CATALOG
+from wattsched.core.settings import GpuSetting
 from wattsched.energy import dvfs
 from wattsched.energy.dvfs import (
     HKBU_1080TI_MEDIAN,
     HKBU_2070S_MEDIAN,
-    GpuSetting,
     HkbuParams,
     dvfs_response,
     energy_optimal_power_limit,

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import require_real_file
 from wattsched.core.errors import DataNotFoundError, InputError, UnknownNameError
 from wattsched.core.jobs import INFERENCE, TRAINING, JobTable
-from wattsched.energy.dvfs import DEFAULT_SETTING
+from wattsched.core.settings import DEFAULT_SETTING
 from wattsched.workloads.catalog import ALIBABA_LISTS, GAVEL_MSR_VCS, load_workload, workload_names
 from wattsched.workloads.clusters import philly_cluster
 from wattsched.workloads.traces import (

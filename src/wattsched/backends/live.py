@@ -41,6 +41,7 @@ from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.gpus import GPU_CATALOG
 from ..core.jobs import JobTable
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import (
     BOOTING,
     OFF,
@@ -55,7 +56,6 @@ from ..core.states import (
     STATUS_RUNNING,
     STATUS_UNSCHEDULABLE,
 )
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from ..policies.base import JobRequest, Placement
 from ..policies.contract import (
     ARRIVED,

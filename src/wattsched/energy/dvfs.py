@@ -39,6 +39,7 @@ from numpy.typing import ArrayLike
 
 from ..core.errors import InputError, WattschedError
 from ..core.gpus import GpuModel, gpu_model
+from ..core.settings import GpuSetting
 from ..data import registry
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -612,25 +613,6 @@ def sm_clock_curve(f: ArrayLike, params: HkbuParams = HKBU_DEFAULT) -> tuple[np.
 
 SM_CLOCK_MODEL_MIN = 0.5  # Vc(fc) is only monotone for fc >= 0.5
 _EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class GpuSetting:
-    """A per-job GPU setting: exactly one field set, or neither (run unconstrained at the maximum)."""
-
-    power_limit_fraction: float | None = None  # PL / PLmax (catalog power_limit_max_w)
-    sm_clock_fraction: float | None = None  # f / f_max (catalog sm_clock_max_mhz)
-
-    def __post_init__(self) -> None:
-        if self.power_limit_fraction is not None and self.sm_clock_fraction is not None:
-            raise WattschedError("GpuSetting: set a power limit or an SM clock, not both")
-        for name in ("power_limit_fraction", "sm_clock_fraction"):
-            v = getattr(self, name)
-            if v is not None and not math.isfinite(v):
-                raise WattschedError(f"GpuSetting: {name} must be finite, got {v!r}")
-
-
-DEFAULT_SETTING = GpuSetting()
 
 
 def power_limit_range(gpu: str) -> tuple[float, float]:

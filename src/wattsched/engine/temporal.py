@@ -25,6 +25,7 @@ from sortedcontainers import SortedList
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import (
     BOOTING,
     PHASE_RELEASED,
@@ -38,7 +39,6 @@ from ..core.states import (
     STATUS_RUNNING,
     STATUS_UNSCHEDULABLE,
 )
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
 from ..perf.model import PerformanceModel
 from ..policies.base import JobRequest, Placement
 from ..policies.contract import (

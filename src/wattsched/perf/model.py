@@ -28,7 +28,8 @@ import numpy as np
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.gpus import gpu_model
 from ..core.jobs import JobTable
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response
+from ..core.settings import DEFAULT_SETTING, GpuSetting
+from ..energy.dvfs import dvfs_response
 from ..energy.utilisation import job_gpu_load
 from .catalog import MODEL_FACTS, OWN_MEASUREMENTS, TABLE_SOURCE, normalise
 from .colocation import SLICING, SharingModel

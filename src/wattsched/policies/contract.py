@@ -30,7 +30,7 @@ from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
 from ..core.registry import Registry
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from .base import JobRequest, Placement
 
 if TYPE_CHECKING:

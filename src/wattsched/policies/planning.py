@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from .base import PLACEMENT_POLICIES, JobRequest, Placement, PlacementPolicy, fill_gang
 from .contract import ClusterView, Decision, Target
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.errors import WattschedError
 from ..core.gpus import gpu_model
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from .base import Placement
 from .contract import CAPABILITY_TEXT, Capability, InvalidDecision, Target
 from .requests import RequestBook
