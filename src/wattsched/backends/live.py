@@ -41,6 +41,8 @@ from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.gpus import GPU_CATALOG
 from ..core.jobs import JobTable
+from ..core.placement import NodeShare, Placement
+from ..core.requests import JobRequest, RequestBook
 from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import (
     BOOTING,
@@ -56,7 +58,6 @@ from ..core.states import (
     STATUS_RUNNING,
     STATUS_UNSCHEDULABLE,
 )
-from ..policies.base import JobRequest, Placement
 from ..policies.contract import (
     ARRIVED,
     BOOTED,
@@ -77,7 +78,6 @@ from ..policies.contract import (
     WakeCallback,
     check_capabilities,
 )
-from ..policies.requests import RequestBook
 from ..policies.validation import ActionValidator
 from .base import (
     JOB_FINISHED,
@@ -508,7 +508,7 @@ class LiveCluster:
             free = np.flatnonzero(self.state.gpu_left[i] >= o.gpu_milli)[: o.gpus_per_node]
             if free.size < o.gpus_per_node:
                 return None
-            out.append((i, tuple(int(g) for g in free), o.cpus * MILLI // max(len(o.nodes), 1), 0))
+            out.append(NodeShare(i, tuple(int(g) for g in free), o.cpus * MILLI // max(len(o.nodes), 1), 0))
         return tuple(out)
 
     def _fits(self, target: Target, on_available: bool = True) -> bool:

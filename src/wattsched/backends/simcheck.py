@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.jobs import JobTable
+from ..core.placement import Placement
 from ..experiments.config import SimulationConfig
-from ..policies.base import Placement
 from .driver import LiveDriver
 
 if TYPE_CHECKING:

@@ -25,6 +25,8 @@ from sortedcontainers import SortedList
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
+from ..core.placement import Placement
+from ..core.requests import JobRequest, RequestBook
 from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import (
     BOOTING,
@@ -40,7 +42,6 @@ from ..core.states import (
     STATUS_UNSCHEDULABLE,
 )
 from ..perf.model import PerformanceModel
-from ..policies.base import JobRequest, Placement
 from ..policies.contract import (
     ALL_CAPABILITIES,
     ARRIVED,
@@ -58,7 +59,6 @@ from ..policies.contract import (
     WakeCallback,
     check_capabilities,
 )
-from ..policies.requests import RequestBook
 from ..policies.validation import ActionValidator
 from .alloc_log import NO_ALLOC, AllocationLog
 from .meter import PowerMeter
