@@ -72,7 +72,7 @@ from .power import NodePower, Transition
 from .sim_view import SimActions, SimView
 
 if TYPE_CHECKING:
-    from ..energy.signals import AlignedSignal
+    from ..energy.signals.alignment import AlignedSignal
 
 # Event kinds, in the order they run at equal times: completions free resources first, then restarts end, then
 # callbacks (power transitions, rounds, wake-ups). A power manager's own timers run last, after the scheduling

@@ -99,7 +99,7 @@ def check_capabilities(
 
 
 class TimeSeries(Protocol):
-    """A price or carbon series on the run's clock (seconds since its origin), as ``energy/signals.py`` aligns
+    """A price or carbon series on the run's clock (seconds since its origin), as ``energy/signals/alignment.py`` aligns
     one."""
 
     def value_at(self, t: np.ndarray) -> np.ndarray: ...
