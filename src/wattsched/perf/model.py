@@ -15,6 +15,10 @@ setting, co-runners):
 
 A job without a table keeps the behaviour of a plain trace replay: speed 1 at its trace GPU count (times the
 DVFS speed), scaled linearly with the GPU count it is given (stated assumption).
+
+This file (~660 lines) stays whole: it is one class, the model the engine and the policies query, whose per-job
+caches (rates, loads, restart delays by shape, sharing factors) every query reads; the tables, the restart model,
+the sharing models and the profiles it is built from are modules of their own.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ of its greedy, and the reconstruction) and docs/powerflow.md (every rule chosen 
    any job starts, with the floor named.
 6. **Placement.** Buddy allocation with network packing (``policies/buddy.py``); a job that cannot be placed at its
    new size keeps its old placement.
+
+This file (~640 lines) stays whole: it is one policy, the steps above in the order the paper gives them, and the
+greedy search (``_Greedy``) that only this policy uses.
 """
 
 from __future__ import annotations
