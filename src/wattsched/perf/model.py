@@ -17,7 +17,7 @@ A job without a table keeps the behaviour of a plain trace replay: speed 1 at it
 DVFS speed), scaled linearly with the GPU count it is given (stated assumption).
 
 This file (~660 lines) stays whole: it is one class, the model the engine and the policies query, whose per-job
-caches (rates, loads, restart delays by shape, sharing factors) every query reads; the tables, the restart model,
+caches (rates, sharing noise, measured profiles and loads) every query reads; the tables, the restart model,
 the sharing models and the profiles it is built from are modules of their own.
 """
 
