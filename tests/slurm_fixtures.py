@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.backends.slurm.testbed import LocalSlurm
+from tests.slurm_testbed import LocalSlurm
 
 
 @pytest.fixture(scope="session")

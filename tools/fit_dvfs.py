@@ -16,10 +16,10 @@ from pathlib import Path
 
 from wattsched.core.atomic import write_text
 from wattsched.core.errors import WattschedError
-from wattsched.energy import dvfs
+from wattsched.energy import zeus
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "src" / "wattsched" / "energy" / dvfs.FIT_FILE
+DEFAULT_OUT = ROOT / "src" / "wattsched" / "energy" / zeus.FIT_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,21 +29,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="verify the file instead of writing it")
     args = ap.parse_args(argv)
     try:
-        doc = dvfs.fit_zeus_curves(args.data_dir)
+        doc = zeus.fit_zeus_curves(args.data_dir)
     except WattschedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(dvfs.format_fit_table(doc))
+    print(zeus.format_fit_table(doc))
     if args.check:
         if not args.out.is_file():
             print(f"error: {args.out} does not exist", file=sys.stderr)
             return 1
-        diffs = dvfs.fit_differences(doc, json.loads(args.out.read_text(encoding="utf-8")))
+        diffs = zeus.fit_differences(doc, json.loads(args.out.read_text(encoding="utf-8")))
         for d in diffs:
             print(f"differs: {d}", file=sys.stderr)
         print(f"check: {args.out.name} {'differs' if diffs else 'matches the re-fit'}")
         return 1 if diffs else 0
-    write_text(args.out, dvfs.fit_json_text(doc))
+    write_text(args.out, zeus.fit_json_text(doc))
     print(f"wrote {args.out.name}")
     return 0
 

@@ -15,7 +15,7 @@ from wattsched.backends.slurm.fake import FakeSlurm
 from wattsched.backends.store import JobStore
 from wattsched.cli.main import app
 from wattsched.core.errors import WattschedError
-from wattsched.energy.dvfs import DEFAULT_SETTING, GpuSetting
+from wattsched.core.settings import DEFAULT_SETTING, GpuSetting
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import build_scheduler
 from wattsched.policies.contract import Target

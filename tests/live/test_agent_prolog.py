@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.live.test_local_slurm import cancelled_after, output, poll, sbatch, state_is
+from tests.slurm_testbed import LocalSlurm
 from wattsched.agent import fake_nvml
 from wattsched.agent.client import AgentClient
 from wattsched.agent.fake_nvml import read_state_file
 from wattsched.backends.slurm.backend import SlurmBackend, subprocess_runner
-from wattsched.backends.slurm.testbed import LocalSlurm
-from wattsched.energy.dvfs import GpuSetting
+from wattsched.core.settings import GpuSetting
 
 pytestmark = pytest.mark.slurm
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from wattsched.backends.slurm.testbed import LocalSlurm
+from tests.slurm_testbed import LocalSlurm
 
 pytestmark = pytest.mark.slurm
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.live.test_local_slurm import job, poll
+from tests.slurm_testbed import LocalSlurm
 from wattsched.backends.driver import LiveDriver
 from wattsched.backends.simcheck import DEFAULT_SCRIPT, ScriptedJob, compare, sbatch_args
 from wattsched.backends.slurm.backend import BackendError, SlurmBackend, expand_hostlist, subprocess_runner
-from wattsched.backends.slurm.testbed import LocalSlurm
 from wattsched.backends.store import JobStore
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import build_scheduler

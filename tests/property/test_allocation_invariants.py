@@ -40,6 +40,7 @@ from tests.conftest import StepIntegrator, make_cluster
 from wattsched.core.cluster import MILLI
 from wattsched.core.gpus import gpu_model
 from wattsched.core.jobs import JobTable
+from wattsched.core.settings import DEFAULT_SETTING, GpuSetting
 from wattsched.core.states import (
     PHASE_RESTARTING,
     PHASE_RUNNING,
@@ -48,7 +49,7 @@ from wattsched.core.states import (
     STATUS_UNSCHEDULABLE,
 )
 from wattsched.data.registry import dataset
-from wattsched.energy.dvfs import DEFAULT_SETTING, GpuSetting, power_limit_range, sm_clock_range
+from wattsched.energy.dvfs import power_limit_range, sm_clock_range
 from wattsched.energy.power_models import POWER_MODELS
 from wattsched.engine.alloc_log import NO_ALLOC
 from wattsched.engine.ledger import COMPONENTS, EnergyLedger

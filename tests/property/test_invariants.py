@@ -9,6 +9,7 @@ from tests.conftest import make_cluster, make_jobs, make_sim, simulate_energy
 from tests.unit.test_buddy import buddy_fits
 from wattsched.core.capacity import gang_gpus
 from wattsched.core.cluster import MILLI, ClusterState
+from wattsched.core.requests import RequestBook
 from wattsched.core.states import STATUS_DONE, STATUS_UNSCHEDULABLE
 from wattsched.engine.observers import Observer
 from wattsched.engine.packing import run_packing
@@ -16,7 +17,6 @@ from wattsched.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from wattsched.policies.base import PlacementPolicy, feasible_nodes
 from wattsched.policies.buddy import Buddy
 from wattsched.policies.planning import Consolidated
-from wattsched.policies.requests import RequestBook
 
 MODELS = ["V100", "T4", "A100"]
 

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from wattsched.core.errors import InputError, WattschedError
 from wattsched.workloads.clusters import load_cluster_yaml, read_alibaba_nodes, read_spec_csv
+from wattsched.workloads.generic_csv import read_generic_csv
 from wattsched.workloads.traces import (
     read_alibaba_pods,
     read_gavel,
-    read_generic_csv,
     read_hyperdrive,
     read_philly,
     read_tiresias,

@@ -17,7 +17,8 @@ import pytest
 
 from tests.conftest import make_cluster
 from wattsched.core.jobs import JobTable
-from wattsched.energy.dvfs import GpuSetting, dvfs_response
+from wattsched.core.settings import GpuSetting
+from wattsched.energy.dvfs import dvfs_response
 from wattsched.energy.power_models import POWER_MODELS
 from wattsched.engine.ledger import EnergyLedger
 from wattsched.engine.observers import Observer

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import make_jobs, make_sim
 from wattsched.core.cluster import MILLI, ClusterSpec, ClusterState
+from wattsched.core.requests import JobRequest
 from wattsched.core.states import STATUS_DONE
 from wattsched.policies import PLACEMENT_POLICIES
-from wattsched.policies.base import JobRequest
 from wattsched.policies.buddy import Buddy, even_split, maximal_free_block
 from wattsched.policies.planning import Consolidated
 from wattsched.workloads.clusters import load_cluster

@@ -17,7 +17,7 @@ from wattsched.core.errors import InputError, WattschedError
 from wattsched.core.jobs import JobTable
 from wattsched.experiments import cedla, eaco, hkbu_dvfs, powerflow
 from wattsched.workloads.catalog import load_workload
-from wattsched.workloads.traces import read_generic_csv
+from wattsched.workloads.generic_csv import read_generic_csv
 
 runner = CliRunner()
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -20,16 +20,11 @@ from hypothesis import strategies as st
 from tests.conftest import require_real_file
 from wattsched.core.errors import InputError, UnknownNameError, WattschedError
 from wattsched.core.gpus import GPU_CATALOG
-from wattsched.energy import dvfs
-from wattsched.energy.dvfs import (
-    HKBU_1080TI_MEDIAN,
-    HKBU_2070S_MEDIAN,
-    GpuSetting,
-    HkbuParams,
-    dvfs_response,
-    energy_optimal_power_limit,
-    response_source,
-)
+from wattsched.core.settings import GpuSetting
+from wattsched.energy import dvfs, hkbu, zeus
+from wattsched.energy.dvfs import dvfs_response, energy_optimal_power_limit
+from wattsched.energy.hkbu import HKBU_1080TI_MEDIAN, HKBU_2070S_MEDIAN, HkbuParams
+from wattsched.energy.zeus import response_source
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "dvfs"
@@ -59,7 +54,7 @@ def _load_tool():
 
 
 def test_reader_normalises_excludes_and_drops_unreferenced_configs():
-    z = dvfs.read_zeus_power(FIX / "zeus-power" / "summary_power_a40.csv")
+    z = zeus.read_zeus_power(FIX / "zeus-power" / "summary_power_a40.csv")
     assert z.rows == 12 and z.rows_excluded == 1 and z.configs_without_reference == 1
     assert z.power_limit_max_w == 300
     assert z.p.size == 8  # 2 configurations x 4 limits below the maximum
@@ -72,8 +67,8 @@ def test_reader_normalises_excludes_and_drops_unreferenced_configs():
 
 @pytest.mark.parametrize("gpu", sorted(FIXTURE_PARAMS))
 def test_fit_recovers_fixture_parameters(gpu):
-    z = dvfs.read_zeus_power(FIX / "zeus-power" / dvfs.zeus_file(gpu))
-    curve = dvfs.fit_curve(z.p, z.speed, z.power)
+    z = zeus.read_zeus_power(FIX / "zeus-power" / zeus.zeus_file(gpu))
+    curve = zeus.fit_curve(z.p, z.speed, z.power)
     a, b, k, q = FIXTURE_PARAMS[gpu]
     assert curve.a == pytest.approx(a, abs=1e-6)
     assert curve.b == pytest.approx(b, abs=1e-6)
@@ -90,8 +85,8 @@ def test_fit_recovers_fixture_parameters(gpu):
 )
 def test_fit_recovers_random_parameters(a, b, k, q):
     p = np.repeat(np.linspace(0.36, 0.96, 13), 3)
-    true = dvfs.PowerLimitCurve(a, b, k, q, p_min=0.36)
-    curve = dvfs.fit_curve(p, true.speed(p), true.power(p))
+    true = zeus.PowerLimitCurve(a, b, k, q, p_min=0.36)
+    curve = zeus.fit_curve(p, true.speed(p), true.power(p))
     assert curve.a == pytest.approx(a, abs=1e-4) and curve.b == pytest.approx(b, abs=1e-4)
     assert curve.k == pytest.approx(k, abs=1e-4) and curve.q == pytest.approx(q, abs=1e-4)
 
@@ -99,15 +94,15 @@ def test_fit_recovers_random_parameters(a, b, k, q):
 def test_fit_quality_ceiling_is_level_means():
     p = np.array([0.5, 0.5, 0.8, 0.8])
     y = np.array([0.6, 0.8, 0.9, 1.0])
-    q = dvfs.fit_quality(p, y, np.array([0.7, 0.7, 0.95, 0.95]))
+    q = zeus.fit_quality(p, y, np.array([0.7, 0.7, 0.95, 0.95]))
     assert q["r2"] == pytest.approx(q["r2_best_function_of_p"])  # the fitted values ARE the level means
     assert q["rmse"] == pytest.approx(math.sqrt((0.01 + 0.01 + 0.0025 + 0.0025) / 4))
     assert q["max_abs_error"] == pytest.approx(0.1)
 
 
 def test_fit_document_on_fixtures_and_tool_check(tmp_path, capsys):
-    doc = dvfs.fit_zeus_curves(FIX)
-    assert set(doc["fits"]) == {*dvfs.ZEUS_GPUS, dvfs.GENERIC}
+    doc = zeus.fit_zeus_curves(FIX)
+    assert set(doc["fits"]) == {*zeus.ZEUS_GPUS, zeus.GENERIC}
     assert doc["fits"]["v100"]["speed"]["r2"] == pytest.approx(1.0, abs=1e-9)
     assert doc["fits"]["generic"]["p_min"] == pytest.approx(1 / 3)
     assert len(doc["fits"]["generic"]["inputs"]) == 4 and "levels" not in doc["fits"]["generic"]
@@ -125,8 +120,8 @@ def test_fit_document_on_fixtures_and_tool_check(tmp_path, capsys):
 
 
 def test_refit_is_reproducible_byte_for_byte():
-    first = dvfs.fit_json_text(dvfs.fit_zeus_curves(FIX))
-    assert dvfs.fit_json_text(dvfs.fit_zeus_curves(FIX)) == first
+    first = zeus.fit_json_text(zeus.fit_zeus_curves(FIX))
+    assert zeus.fit_json_text(zeus.fit_zeus_curves(FIX)) == first
     assert "date" not in first.lower() and "time" not in json.loads(first)  # nothing run-dependent
 
 
@@ -138,27 +133,27 @@ def test_bad_zeus_rows_are_located(tmp_path):
         "toy,net,8,sgd,200,-3,150\n"
     )
     with pytest.raises(InputError, match=r"summary_power_v100.csv:3: field 'time_per_epoch'"):
-        dvfs.read_zeus_power(bad)
+        zeus.read_zeus_power(bad)
     bad.write_text("dataset,network,power_limit\ntoy,net,250\n")
     with pytest.raises(InputError, match="missing column"):
-        dvfs.read_zeus_power(bad)
+        zeus.read_zeus_power(bad)
 
 
 def test_missing_data_says_how_to_get_it(tmp_path):
     with pytest.raises(WattschedError, match="wattsched data fetch zeus-power"):
-        dvfs.fit_zeus_curves(tmp_path)
+        zeus.fit_zeus_curves(tmp_path)
 
 
 # ---------------------------------------------------------------------------------- stored fit + interface
 
 
 def test_stored_fit_is_canonical_and_complete():
-    text = (ROOT / "src" / "wattsched" / "energy" / dvfs.FIT_FILE).read_text(encoding="utf-8")
+    text = (ROOT / "src" / "wattsched" / "energy" / zeus.FIT_FILE).read_text(encoding="utf-8")
     doc = json.loads(text)
-    assert dvfs.fit_json_text(doc) == text  # the committed file is exactly what the tool writes
-    assert set(doc["fits"]) == {*dvfs.ZEUS_GPUS, dvfs.GENERIC}
+    assert zeus.fit_json_text(doc) == text  # the committed file is exactly what the tool writes
+    assert set(doc["fits"]) == {*zeus.ZEUS_GPUS, zeus.GENERIC}
     for name in doc["fits"]:
-        c = dvfs.zeus_curve(name)
+        c = zeus.zeus_curve(name)
         assert float(c.speed(1.0)) == 1.0 and float(c.power(1.0)) == 1.0
         assert float(c.speed(c.p_min)) > 0
         assert len(doc["fits"][name]["inputs"][0]["sha256"]) == 64
@@ -203,7 +198,7 @@ def test_sm_clock_response_monotone_and_one_at_max(gpu):
 def test_power_scale_reproduces_measured_relative_power():
     # For a fully busy GPU, idle + (max - idle) * scale must equal power(p) x max: the fitted total-power ratio.
     m = GPU_CATALOG["V100-PCIE"]
-    curve = dvfs.zeus_curve("v100")
+    curve = zeus.zeus_curve("v100")
     for p in (0.45, 0.6, 0.8):
         _, scale = dvfs_response("V100-PCIE", GpuSetting(power_limit_fraction=p))
         total = m.idle_w + (m.max_w - m.idle_w) * scale
@@ -270,9 +265,9 @@ def test_energy_optimum_saves_energy_on_fitted_gpus():
 
 def test_voltage_mapping_and_inverse():
     fc = np.linspace(0.5, 1.12, 50)
-    assert np.allclose(dvfs.core_clock_for_voltage(dvfs.core_voltage(fc)), fc)
-    assert float(dvfs.core_voltage(1.0)) == 1.0 and float(dvfs.core_voltage(0.5)) == 0.5
-    assert float(dvfs.core_clock_for_voltage(1.25)) == pytest.approx(1.112, abs=1e-3)
+    assert np.allclose(hkbu.core_clock_for_voltage(hkbu.core_voltage(fc)), fc)
+    assert float(hkbu.core_voltage(1.0)) == 1.0 and float(hkbu.core_voltage(0.5)) == 0.5
+    assert float(hkbu.core_clock_for_voltage(1.25)) == pytest.approx(1.112, abs=1e-3)
 
 
 def test_hkbu_medians_documented():
@@ -293,17 +288,17 @@ hkbu_params = st.builds(
     cg=st.floats(1.0, 60.0),
     vc_steps=st.integers(2, 16),
 )
-FM_GRID = np.linspace(dvfs.FM_MIN, dvfs.FM_MAX, 70_001)
+FM_GRID = np.linspace(hkbu.FM_MIN, hkbu.FM_MAX, 70_001)
 
 
 @settings(max_examples=200, deadline=None)
 @given(params=hkbu_params, vc=st.floats(0.5, 1.25))
 def test_closed_form_memory_clock_matches_brute_force(params, vc):
-    fm_star = float(dvfs.optimal_memory_clock(params, vc))
-    fc = float(dvfs.core_clock_for_voltage(vc))
-    e_grid = dvfs.hkbu_energy(params, fc, FM_GRID)
-    e_star = float(dvfs.hkbu_energy(params, fc, fm_star))
-    assert dvfs.FM_MIN <= fm_star <= dvfs.FM_MAX
+    fm_star = float(hkbu.optimal_memory_clock(params, vc))
+    fc = float(hkbu.core_clock_for_voltage(vc))
+    e_grid = hkbu.hkbu_energy(params, fc, FM_GRID)
+    e_star = float(hkbu.hkbu_energy(params, fc, fm_star))
+    assert hkbu.FM_MIN <= fm_star <= hkbu.FM_MAX
     assert e_star <= e_grid.min() * (1 + 1e-12)  # nothing on the grid beats the closed form
     assert e_grid.min() - e_star <= 1e-8 * e_star  # and the grid gets arbitrarily close to it
     i = int(np.argmin(e_grid))
@@ -312,10 +307,10 @@ def test_closed_form_memory_clock_matches_brute_force(params, vc):
 
 
 def test_closed_form_memory_clock_default_params_interior():
-    fm = dvfs.optimal_memory_clock(HKBU_2070S_MEDIAN, HKBU_2070S_MEDIAN.vc_grid)
-    fc = dvfs.core_clock_for_voltage(HKBU_2070S_MEDIAN.vc_grid)
+    fm = hkbu.optimal_memory_clock(HKBU_2070S_MEDIAN, HKBU_2070S_MEDIAN.vc_grid)
+    fc = hkbu.core_clock_for_voltage(HKBU_2070S_MEDIAN.vc_grid)
     for f, m in zip(fc, fm, strict=True):
-        brute = FM_GRID[np.argmin(dvfs.hkbu_energy(HKBU_2070S_MEDIAN, f, FM_GRID))]
+        brute = FM_GRID[np.argmin(hkbu.hkbu_energy(HKBU_2070S_MEDIAN, f, FM_GRID))]
         assert m == pytest.approx(brute, abs=1e-4)
 
 
@@ -323,27 +318,27 @@ def test_closed_form_memory_clock_default_params_interior():
 @given(params=hkbu_params, theta=st.floats(0.9, 3.0))
 def test_theta_adjust_is_min_energy_under_the_bound(params, theta):
     bound = theta * params.t_star
-    s = dvfs.theta_adjust(bound, params)
-    t_min = dvfs.minimum_time(params)
+    s = hkbu.theta_adjust(bound, params)
+    t_min = hkbu.minimum_time(params)
     effective = max(bound, t_min)
     assert s.time <= effective * (1 + 1e-9)
     assert s.energy == pytest.approx(s.time * s.power)
     # brute force over the Vc grid x a fine memory-clock grid
-    fc = dvfs.core_clock_for_voltage(params.vc_grid)[:, None]
-    fm = np.linspace(dvfs.FM_MIN, dvfs.FM_MAX, 7001)[None, :]
-    t = dvfs.hkbu_time(params, fc, fm)
-    e = np.where(t <= effective * (1 + 1e-12), dvfs.hkbu_energy(params, fc, fm), np.inf)
+    fc = hkbu.core_clock_for_voltage(params.vc_grid)[:, None]
+    fm = np.linspace(hkbu.FM_MIN, hkbu.FM_MAX, 7001)[None, :]
+    t = hkbu.hkbu_time(params, fc, fm)
+    e = np.where(t <= effective * (1 + 1e-12), hkbu.hkbu_energy(params, fc, fm), np.inf)
     assert s.energy <= e.min() * (1 + 1e-9)
 
 
 def test_theta_adjust_edges():
     h = HKBU_1080TI_MEDIAN
-    free = dvfs.theta_adjust(math.inf, h)
-    assert free == dvfs.energy_optimal_setting(h)
-    fastest = dvfs.theta_adjust(0.0, h)  # below t_min: raised to t_min, only the fastest setting meets it
-    assert fastest.vc == pytest.approx(1.25) and fastest.fm == pytest.approx(dvfs.FM_MAX)
-    assert fastest.time == pytest.approx(dvfs.minimum_time(h))
-    tight = dvfs.theta_adjust(1.0, h)
+    free = hkbu.theta_adjust(math.inf, h)
+    assert free == hkbu.energy_optimal_setting(h)
+    fastest = hkbu.theta_adjust(0.0, h)  # below t_min: raised to t_min, only the fastest setting meets it
+    assert fastest.vc == pytest.approx(1.25) and fastest.fm == pytest.approx(hkbu.FM_MAX)
+    assert fastest.time == pytest.approx(hkbu.minimum_time(h))
+    tight = hkbu.theta_adjust(1.0, h)
     assert tight.time <= 1.0 + 1e-12 and tight.energy >= free.energy
 
 
@@ -353,17 +348,17 @@ def test_theta_adjust_edges():
 @pytest.mark.realdata
 def test_realdata_refit_reproduces_stored_fit():
     root = require_real_file("zeus-power", "summary_power_v100.csv").parents[1]
-    for gpu in dvfs.ZEUS_GPUS:
-        require_real_file("zeus-power", dvfs.zeus_file(gpu))
-    refit = dvfs.fit_zeus_curves(root)
-    assert dvfs.fit_differences(refit, dvfs.stored_fit(), tol=1e-9) == []
+    for gpu in zeus.ZEUS_GPUS:
+        require_real_file("zeus-power", zeus.zeus_file(gpu))
+    refit = zeus.fit_zeus_curves(root)
+    assert zeus.fit_differences(refit, zeus.stored_fit(), tol=1e-9) == []
 
 
 @pytest.mark.realdata
 def test_realdata_v100_shape_facts():
     require_real_file("zeus-power", "summary_power_v100.csv")
-    fit = dvfs.stored_fit()["fits"]["v100"]
-    curve = dvfs.zeus_curve("v100")
+    fit = zeus.stored_fit()["fits"]["v100"]
+    curve = zeus.zeus_curve("v100")
     assert float(curve.speed(0.6)) == pytest.approx(0.89, abs=0.05)  # docs §4 median at 0.6 x PLmax
     assert 0.5 <= energy_optimal_power_limit("V100") <= 0.75
     assert 0.5 <= fit["energy_optimal_p_measured_median"] <= 0.75
@@ -373,7 +368,7 @@ def test_realdata_v100_shape_facts():
     e_min = float(curve.relative_energy(curve.energy_optimal_p()))
     assert float(curve.relative_energy(p_meas)) - e_min < 0.01
     # Every curve is nearly as good as the best possible function of p alone.
-    for entry in dvfs.stored_fit()["fits"].values():
+    for entry in zeus.stored_fit()["fits"].values():
         for part in ("speed", "power"):
             assert entry[part]["r2"] >= entry[part]["r2_best_function_of_p"] - 0.05
 
@@ -381,6 +376,6 @@ def test_realdata_v100_shape_facts():
 @pytest.mark.realdata
 def test_realdata_a40_collapses_below_half_limit():
     require_real_file("zeus-power", "summary_power_a40.csv")
-    a40, p100 = dvfs.zeus_curve("a40"), dvfs.zeus_curve("p100")
+    a40, p100 = zeus.zeus_curve("a40"), zeus.zeus_curve("p100")
     assert float(a40.relative_energy(a40.p_min)) > 1.2  # energy goes up at 1/3 PL (docs §4)
     assert float(p100.speed(0.5)) > 0.9  # P100 nearly flat

@@ -20,7 +20,7 @@ from tests.conftest import make_cluster
 from wattsched.cli.main import app
 from wattsched.core.gpus import gpu_model
 from wattsched.core.jobs import JobTable
-from wattsched.energy.dvfs import DEFAULT_SETTING
+from wattsched.core.settings import DEFAULT_SETTING
 from wattsched.engine.temporal import Simulator
 from wattsched.perf.colocation import (
     EACO_ALONE,

@@ -8,7 +8,8 @@ import pytest
 from tests.conftest import make_cluster, make_jobs, require_real_file, simulate_energy
 from wattsched.core.states import STATUS_DONE
 from wattsched.energy.power_models import POWER_MODELS
-from wattsched.energy.signals import GridSignal, align
+from wattsched.energy.signals.alignment import align
+from wattsched.energy.signals.clean import GridSignal
 from wattsched.energy.utilisation import job_gpu_load
 from wattsched.experiments.cluster_power import cluster_power_table
 from wattsched.experiments.config import SimulationConfig

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_cluster, make_jobs, make_sim
+from wattsched.core.settings import GpuSetting
 from wattsched.core.states import STATUS_DONE, STATUS_UNSCHEDULABLE
-from wattsched.energy.dvfs import GpuSetting, dvfs_response
+from wattsched.energy.dvfs import dvfs_response
 from wattsched.engine.observers import Observer
 
 

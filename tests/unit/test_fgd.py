@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import make_cluster, make_jobs, real_data_dir, require_real_file, state_with
 from wattsched.core.cluster import ClusterState
+from wattsched.core.requests import JobRequest
 from wattsched.policies import PLACEMENT_POLICIES
-from wattsched.policies.base import JobRequest, feasible_nodes
+from wattsched.policies.base import feasible_nodes
 from wattsched.policies.fgd import FGD, FragModel, TypicalPods, sub_rows, typical_pods
 
 # -- scalar reference (plain Python, exact) --------------------------------------------------------------------

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wattsched.core.errors import WattschedError
-from wattsched.energy.dvfs import (
+from wattsched.energy.hkbu import (
     HKBU_2070S_MEDIAN,
     core_clock_for_voltage,
     hkbu_energy,

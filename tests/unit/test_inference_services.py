@@ -118,8 +118,8 @@ def test_service_hour_replicas_spread_over_nodes_but_training_jobs_do_not():
     from dataclasses import replace
 
     from tests.conftest import make_cluster, make_jobs, state_with
+    from wattsched.core.requests import RequestBook
     from wattsched.policies.base import PLACEMENT_POLICIES
-    from wattsched.policies.requests import RequestBook
 
     spec = make_cluster([(4, "V100", 32000, 262144)] * 2)
     jobs = make_jobs([{"gpus": 3}, {"gpus": 3}])

@@ -30,7 +30,8 @@ import pytest
 
 from tests.conftest import make_cluster, make_sim
 from wattsched.core.jobs import JobTable
-from wattsched.energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response
+from wattsched.core.settings import DEFAULT_SETTING, GpuSetting
+from wattsched.energy.dvfs import dvfs_response
 from wattsched.energy.power_models import POWER_MODELS
 from wattsched.engine.ledger import EnergyLedger
 from wattsched.engine.temporal import Simulator

@@ -5,8 +5,9 @@ import pytest
 
 from tests.conftest import make_cluster, state_with
 from wattsched.core.cluster import ClusterState
+from wattsched.core.requests import JobRequest
 from wattsched.policies import PLACEMENT_POLICIES
-from wattsched.policies.base import JobRequest, feasible_nodes, gpus_best
+from wattsched.policies.base import feasible_nodes, gpus_best
 from wattsched.policies.placement import min_max_normalise
 
 SHAPES = [(8, "G2", 96_000, 393_216), (2, "T4", 104_000, 524_288), (4, "V100M16", 32_000, 131_072)]

@@ -6,12 +6,12 @@ import numpy as np
 
 from tests.conftest import make_cluster, make_jobs
 from wattsched.core.cluster import ClusterState
+from wattsched.core.requests import RequestBook
 from wattsched.engine.temporal import Simulator
 from wattsched.policies.adapters import RoundScheduler
 from wattsched.policies.base import PLACEMENT_POLICIES
 from wattsched.policies.contract import AllocationPolicy
 from wattsched.policies.planning import Consolidated, Plan
-from wattsched.policies.requests import RequestBook
 
 
 def _place(nodes, row):

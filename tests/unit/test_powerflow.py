@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wattsched.energy.dvfs import DEFAULT_SETTING
+from wattsched.core.settings import DEFAULT_SETTING
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import run_simulation
 from wattsched.policies.allocation import powerflow

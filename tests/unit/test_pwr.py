@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import make_cluster, make_jobs, real_data_dir, require_real_file, state_with
 from wattsched.core.cluster import ClusterState
 from wattsched.core.errors import UnknownNameError
+from wattsched.core.requests import JobRequest
 from wattsched.energy.binary import (
     BinaryPowerModel,
     cluster_power_w,
@@ -16,7 +17,6 @@ from wattsched.energy.binary import (
     node_power_w,
 )
 from wattsched.policies import PLACEMENT_POLICIES
-from wattsched.policies.base import JobRequest
 from wattsched.policies.pwr import PWR, PwrFgd, pwr_raw_scores
 
 # The 1213 GPU nodes of the Alibaba v2023 cluster, by shape (fgd-pwr.md §1.1): (count, GPUs, model, vCPU, MiB).

@@ -16,13 +16,13 @@ import pytest
 from tests.conftest import require_real_file
 from wattsched.core.errors import DataNotFoundError, InputError, UnknownNameError
 from wattsched.core.jobs import INFERENCE, TRAINING, JobTable
-from wattsched.energy.dvfs import DEFAULT_SETTING
+from wattsched.core.settings import DEFAULT_SETTING
 from wattsched.workloads.catalog import ALIBABA_LISTS, GAVEL_MSR_VCS, load_workload, workload_names
 from wattsched.workloads.clusters import philly_cluster
+from wattsched.workloads.generic_csv import read_generic_csv
 from wattsched.workloads.traces import (
     read_alibaba_pods,
     read_gavel,
-    read_generic_csv,
     read_hyperdrive,
     read_philly,
     read_tiresias,

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import make_cluster
 from wattsched.core.jobs import JobTable
-from wattsched.energy.dvfs import DEFAULT_SETTING
+from wattsched.core.settings import DEFAULT_SETTING
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import run_simulation
 from wattsched.perf.colocation import SHARING_MODELS, sharing_model

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from tests.conftest import require_real_file
 from wattsched.cli.main import app
 from wattsched.core.errors import InputError, WattschedError
-from wattsched.energy.signals import daily_profile, load_csv_signal
+from wattsched.energy.signals.clean import daily_profile
+from wattsched.energy.signals.csv_files import load_csv_signal
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "signals"
 STANDARDIZED = FIX / "greendcc_standardized_XX.csv"

@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 from tests.conftest import real_data_dir, require_real_file
 from wattsched.cli.signals import signals_app
 from wattsched.core.errors import InputError, UnknownNameError, WattschedError
-from wattsched.energy import signals as sig
-from wattsched.energy.signals import GridSignal, align, clean_hourly, daily_profile, read_series
+from wattsched.energy.signals import catalog, clean
+from wattsched.energy.signals.alignment import align
+from wattsched.energy.signals.clean import GridSignal, clean_hourly, daily_profile, read_series
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "signals"
 LA, BERLIN = "America/Los_Angeles", "Europe/Berlin"
@@ -54,7 +55,7 @@ def local_noon_trough(times_utc: pd.DatetimeIndex, tz: str) -> np.ndarray:
 
 def write_us_price(root: Path, region: str, year: int, drop_hours=(), duplicate_hours=()) -> Path:
     """CAISO-style processed file: naive UTC, local year plus the previous local day."""
-    tz = sig.REGION_TZ[region]
+    tz = catalog.REGION_TZ[region]
     start = pd.Timestamp(datetime(year, 1, 1), tz=tz) - pd.Timedelta(days=1)
     end = pd.Timestamp(datetime(year + 1, 1, 1), tz=tz)
     times = pd.date_range(start.tz_convert("UTC"), end.tz_convert("UTC"), freq="h", inclusive="left")
@@ -67,7 +68,7 @@ def write_us_price(root: Path, region: str, year: int, drop_hours=(), duplicate_
         rows.append(f"{naive:%Y-%m-%d %H:%M:%S},{v:.4f}")
         if naive in duplicate_hours:
             rows.append(f"{naive:%Y-%m-%d %H:%M:%S},{v + 10:.4f}")
-    path = root / sig.PRICE_DATASET / sig.price_relpath(region, year)
+    path = root / catalog.PRICE_DATASET / catalog.price_relpath(region, year)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("Datetime,Price (USD/MWh)\n" + "\n".join(rows) + "\n", encoding="utf-8")
     return path
@@ -83,7 +84,7 @@ def write_de_lu_price(root: Path, year: int) -> Path:
     )
     values = np.arange(len(local), dtype=float) % 97
     rows = [f"{t.tz_localize(None):%Y-%m-%d %H:%M:%S},{v:.2f}" for t, v in zip(local, values, strict=True)]
-    path = root / sig.PRICE_DATASET / sig.price_relpath("DE-LU", year)
+    path = root / catalog.PRICE_DATASET / catalog.price_relpath("DE-LU", year)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("Datetime,Price (EUR/MWh)\n" + "\n".join(rows) + "\n", encoding="utf-8")
     return path
@@ -92,27 +93,29 @@ def write_de_lu_price(root: Path, year: int) -> Path:
 def write_carbon(root: Path, region: str, year: int) -> Path:
     """Electricity-Maps-style file: UTC calendar year, complete; CI lowest at local noon."""
     times = pd.date_range(utc(year, 1, 1), utc(year + 1, 1, 1), freq="h", inclusive="left")
-    direct = 200.0 + 80.0 * np.cos(2 * np.pi * np.asarray(times.tz_convert(sig.REGION_TZ[region]).hour) / 24)
+    direct = 200.0 + 80.0 * np.cos(
+        2 * np.pi * np.asarray(times.tz_convert(catalog.REGION_TZ[region]).hour) / 24
+    )
     rows = [
         f"{t:%Y-%m-%d %H:%M:%S},X,X,X,{d:.2f},{d * 1.3:.2f},50,40,example.org,false,"
         for t, d in zip(times, direct, strict=True)
     ]
-    path = root / sig.CARBON_DATASET / sig.carbon_relpath(region, year)
+    path = root / catalog.CARBON_DATASET / catalog.carbon_relpath(region, year)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(CI_HEADER + "\n" + "\n".join(rows) + "\n", encoding="utf-8")
     return path
 
 
 def constant_signal(value: float, kind: str = "price", year: int = 2023, tz: str = LA) -> GridSignal:
-    start, end = sig.year_window(year, tz)
+    start, end = clean.year_window(year, tz)
     n = int((end - start).total_seconds() // 3600)
-    unit = "USD/MWh" if kind == "price" else sig.CARBON_UNIT
+    unit = "USD/MWh" if kind == "price" else catalog.CARBON_UNIT
     name = "price" if kind == "price" else "carbon_direct"
     return GridSignal(name, kind, unit, "US-CAL-CISO", year, tz, start, np.full(n, float(value)))
 
 
 def random_signal(seed: int, year: int = 2023, tz: str = LA) -> GridSignal:
-    start, end = sig.year_window(year, tz)
+    start, end = clean.year_window(year, tz)
     n = int((end - start).total_seconds() // 3600)
     values = np.random.default_rng(seed).uniform(-20, 300, n)
     return GridSignal("price", "price", "USD/MWh", "US-CAL-CISO", year, tz, start, values)
@@ -227,7 +230,7 @@ def test_carbon_columns_direct_and_lca():
     lca = read_series(FIX / "carbon_small.csv", kind="carbon", tz="UTC", carbon="lca")
     np.testing.assert_allclose(direct.values, [200.5, 190, 180, 170])
     np.testing.assert_allclose(lca.values, [250, 240, 231, 222])
-    assert direct.unit == sig.CARBON_UNIT
+    assert direct.unit == catalog.CARBON_UNIT
     with pytest.raises(UnknownNameError, match="direct, lca"):
         read_series(FIX / "carbon_small.csv", kind="carbon", tz="UTC", carbon="total")
 
@@ -237,29 +240,29 @@ def test_carbon_columns_direct_and_lca():
 
 def test_unknown_region_lists_valid_regions():
     with pytest.raises(UnknownNameError) as err:
-        sig.load_price("US-TEX-ERCO", 2023)
+        clean.load_price("US-TEX-ERCO", 2023)
     assert err.value.valid == ["DE-LU", "US-CAL-CISO", "US-MIDA-PJM", "US-NY-NYIS"]
     with pytest.raises(UnknownNameError) as err:
-        sig.load_price("GB", 2023)  # GB has carbon intensity only
+        clean.load_price("GB", 2023)  # GB has carbon intensity only
     assert "GB" not in err.value.valid
     with pytest.raises(UnknownNameError) as err:
-        sig.load_carbon("XX", 2023)
+        clean.load_carbon("XX", 2023)
     assert "GB" in err.value.valid
 
 
 def test_unknown_year_lists_valid_years_for_region():
     with pytest.raises(UnknownNameError) as err:
-        sig.load_carbon("US-CAL-CISO", 2020)
+        clean.load_carbon("US-CAL-CISO", 2020)
     assert err.value.valid == ["2021", "2022", "2023", "2024"]
     assert "US-CAL-CISO carbon year" in str(err.value)
     with pytest.raises(UnknownNameError) as err:
-        sig.load_price("DE-LU", 2019)
+        clean.load_price("DE-LU", 2019)
     assert err.value.valid == ["2020", "2021", "2022", "2023", "2024"]
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(WattschedError, match=r"US-CAL-CISO_electricity_prices_2023\.csv"):
-        sig.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
+        clean.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
 
 
 # --- full-year loaders (synthetic files) ------------------------------------------------------------
@@ -267,7 +270,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 def test_load_price_window_is_local_calendar_year(tmp_path):
     write_us_price(tmp_path, "US-CAL-CISO", 2023)
-    s = sig.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
+    s = clean.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
     assert s.start_utc == utc(2023, 1, 1, 8) and s.end_utc == utc(2024, 1, 1, 8)
     assert s.hours == 8760 and s.unit == "USD/MWh" and s.tz == LA
     assert s.report["rows_read"] == 8784 and s.report["rows_outside_window"] == 24
@@ -280,7 +283,7 @@ def test_load_price_gap_and_duplicate_reported(tmp_path):
     gap = [pd.Timestamp(2023, 5, 1, h) for h in (10, 11, 12)]
     dup = [pd.Timestamp(2023, 7, 4, 9)]
     write_us_price(tmp_path, "US-CAL-CISO", 2023, drop_hours=gap, duplicate_hours=dup)
-    s = sig.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
+    s = clean.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
     assert s.report["interpolated_hours"] == 3 and s.report["duplicates_merged"] == 1
     assert np.all(np.isfinite(s.values)) and s.hours == 8760
     i = int((utc(2023, 7, 4, 9) - s.start_utc).total_seconds() // 3600)
@@ -292,40 +295,40 @@ def test_load_price_long_gap_error_names_file_and_local_range(tmp_path):
     gap = [pd.Timestamp(2023, 5, 1, 0) + pd.Timedelta(hours=h) for h in range(10)]
     path = write_us_price(tmp_path, "US-CAL-CISO", 2023, drop_hours=gap)
     with pytest.raises(WattschedError) as err:
-        sig.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
+        clean.load_price("US-CAL-CISO", 2023, data_dir=tmp_path)
     msg = str(err.value)
     assert str(path) in msg and "2023-05-01 00:00 UTC" in msg and "2023-05-01 09:00 UTC" in msg
     assert "2023-04-30 17:00 America/Los_Angeles" in msg
-    filled = sig.load_price("US-CAL-CISO", 2023, data_dir=tmp_path, fill="interpolate")
+    filled = clean.load_price("US-CAL-CISO", 2023, data_dir=tmp_path, fill="interpolate")
     assert filled.report["filled_hours"] == 10
 
 
 def test_load_de_lu_price_keeps_euro_and_resolves_dst(tmp_path):
     write_de_lu_price(tmp_path, 2023)
-    s = sig.load_price("DE-LU", 2023, data_dir=tmp_path)
+    s = clean.load_price("DE-LU", 2023, data_dir=tmp_path)
     assert s.unit == "EUR/MWh" and s.start_utc == utc(2022, 12, 31, 23) and s.hours == 8760
     assert s.report["ambiguous_rows"] == 2 and s.report["nonexistent_dropped"] == 0
     assert s.report["gaps"] == [] and s.report["duplicates_merged"] == 0
     # Hour i of the file is value i % 97 and the file lists every real hour once, in order.
     np.testing.assert_allclose(s.values, np.arange(8760) % 97)
-    usd = sig.load_price("DE-LU", 2023, data_dir=tmp_path, to_usd=True)
+    usd = clean.load_price("DE-LU", 2023, data_dir=tmp_path, to_usd=True)
     assert usd.unit == "USD/MWh" and "1.07764" in usd.report["converted"]
-    np.testing.assert_allclose(usd.values, s.values * sig.EUR_TO_USD)
+    np.testing.assert_allclose(usd.values, s.values * catalog.EUR_TO_USD)
 
 
 def test_load_carbon_borrows_window_edge_from_next_year(tmp_path):
     write_carbon(tmp_path, "US-CAL-CISO", 2023)
     # The CI file is the UTC year; the local year runs 8 h into 2024 UTC: an 8 h edge gap (> 6 h) without 2024.
     with pytest.raises(WattschedError, match="at the end of the window"):
-        sig.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path)
-    held = sig.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path, fill="hold")
+        clean.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path)
+    held = clean.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path, fill="hold")
     assert held.report["filled_hours"] == 8 and held.values[-1] == held.values[-9]
     write_carbon(tmp_path, "US-CAL-CISO", 2024)
-    s = sig.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path)
+    s = clean.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path)
     assert [b["hours"] for b in s.report["borrowed"]] == [8] and s.report["filled_hours"] == 0
-    assert s.report["rows_outside_window"] == 8 and s.hours == 8760 and s.unit == sig.CARBON_UNIT
+    assert s.report["rows_outside_window"] == 8 and s.hours == 8760 and s.unit == catalog.CARBON_UNIT
     assert "Electricity Maps" in s.attribution
-    lca = sig.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path, kind="lca")
+    lca = clean.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path, kind="lca")
     np.testing.assert_allclose(lca.values, s.values * 1.3, atol=0.01)
 
 
@@ -333,7 +336,7 @@ def test_standardized_style_shift_would_fail_the_midday_check(tmp_path):
     # The standardized/ bug localises naive-UTC times as local: every instant becomes 8 h (7 h in DST) late.
     path = write_us_price(tmp_path, "US-CAL-CISO", 2023)
     raw = read_series(path, kind="price", tz=LA)
-    window = sig.year_window(2023, LA)
+    window = clean.year_window(2023, LA)
     good, _ = clean_hourly(raw, window, tz=LA)
     shifted_hours = pd.DatetimeIndex(raw.hours.astype("datetime64[h]")).tz_localize(
         LA, ambiguous="NaT", nonexistent="NaT"
@@ -518,7 +521,7 @@ def test_cost_needs_usd(tmp_path):
     with pytest.raises(WattschedError, match="EUR/MWh"):
         align(eur, None).cost_usd(1.0, 0.0, 10.0)
     usd = align(eur.to_usd(), None)
-    assert usd.cost_usd(1e6, 0.0, 3600.0) == pytest.approx(sig.EUR_TO_USD)
+    assert usd.cost_usd(1e6, 0.0, 3600.0) == pytest.approx(catalog.EUR_TO_USD)
     with pytest.raises(WattschedError, match="carbon-intensity"):
         usd.co2_kg(1.0, 0.0, 1.0)
 
@@ -526,7 +529,7 @@ def test_cost_needs_usd(tmp_path):
 def test_describe_records_assumptions_and_attribution(tmp_path):
     write_carbon(tmp_path, "US-CAL-CISO", 2023)
     write_carbon(tmp_path, "US-CAL-CISO", 2024)
-    d = align(sig.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path), None).describe()
+    d = align(clean.load_carbon("US-CAL-CISO", 2023, data_dir=tmp_path), None).describe()
     assert "Monday 00:00 local" in d["trace_start_assumption"]
     assert "Electricity Maps" in d["attribution"] and d["report"]["borrowed"][0]["hours"] == 8
     assert d["anchor_local"] == "2023-01-02T00:00:00-08:00" and d["anchor_utc"] == "2023-01-02T08:00:00+00:00"
@@ -578,8 +581,8 @@ def test_cli_list_shows_local_years(tmp_path):
 
 @pytest.mark.realdata
 def test_real_caiso_2023_price_trough_at_local_midday_and_mean():
-    require_real_file(sig.PRICE_DATASET, sig.price_relpath("US-CAL-CISO", 2023))
-    s = sig.load_price("US-CAL-CISO", 2023, data_dir=real_data_dir())
+    require_real_file(catalog.PRICE_DATASET, catalog.price_relpath("US-CAL-CISO", 2023))
+    s = clean.load_price("US-CAL-CISO", 2023, data_dir=real_data_dir())
     assert s.hours == 8760 and s.report["gaps"] == []
     assert 10 <= int(np.argmin(daily_profile(s, "local"))) <= 15
     assert s.values.mean() == pytest.approx(62, abs=2)  # datasets.md §1.9
@@ -587,16 +590,16 @@ def test_real_caiso_2023_price_trough_at_local_midday_and_mean():
 
 @pytest.mark.realdata
 def test_real_caiso_2023_carbon_minimum_near_20_utc():
-    require_real_file(sig.CARBON_DATASET, sig.carbon_relpath("US-CAL-CISO", 2023))
-    s = sig.load_carbon("US-CAL-CISO", 2023, data_dir=real_data_dir())
+    require_real_file(catalog.CARBON_DATASET, catalog.carbon_relpath("US-CAL-CISO", 2023))
+    s = clean.load_carbon("US-CAL-CISO", 2023, data_dir=real_data_dir())
     assert 19 <= int(np.argmin(daily_profile(s, "utc"))) <= 21
     assert s.values.mean() == pytest.approx(194, abs=15)
 
 
 @pytest.mark.realdata
 def test_real_de_lu_2023_price_dst_reported():
-    require_real_file(sig.PRICE_DATASET, sig.price_relpath("DE-LU", 2023))
-    s = sig.load_price("DE-LU", 2023, data_dir=real_data_dir())
+    require_real_file(catalog.PRICE_DATASET, catalog.price_relpath("DE-LU", 2023))
+    s = clean.load_price("DE-LU", 2023, data_dir=real_data_dir())
     assert s.unit == "EUR/MWh" and s.hours == 8760
     assert s.report["nonexistent_dropped"] == 1 and s.report["interpolated_hours"] == 1
     assert s.values.mean() == pytest.approx(95, abs=3)
@@ -620,7 +623,7 @@ def _market_csv(path, kind: str, hours: int = 24 * 366, skip: tuple[int, ...] = 
 
 
 def test_csv_market_covers_its_local_year_and_fills_short_gaps(tmp_path):
-    from wattsched.energy.signals import load_csv_signal
+    from wattsched.energy.signals.csv_files import load_csv_signal
 
     path = _market_csv(tmp_path / "p.csv", "price", skip=(100, 101))
     sig = load_csv_signal(path, "price", 2023, "America/Los_Angeles")
@@ -633,7 +636,7 @@ def test_csv_market_covers_its_local_year_and_fills_short_gaps(tmp_path):
 
 def test_csv_market_errors_name_file_line_and_column(tmp_path):
     from wattsched.core.errors import InputError
-    from wattsched.energy.signals import load_csv_signal
+    from wattsched.energy.signals.csv_files import load_csv_signal
 
     bad = tmp_path / "bad.csv"
     bad.write_text("time,price_usd_per_mwh\n2023-01-01T00:00:00Z,40\n2023-01-01T01:30:00Z,41\n")

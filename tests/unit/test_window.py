@@ -29,7 +29,8 @@ from typer.testing import CliRunner
 from tests.conftest import make_cluster, make_jobs, make_sim
 from wattsched.cli.main import app
 from wattsched.energy.power_models import POWER_MODELS
-from wattsched.energy.signals import GridSignal, align
+from wattsched.energy.signals.alignment import align
+from wattsched.energy.signals.clean import GridSignal
 from wattsched.engine.ledger import EnergyLedger
 from wattsched.engine.power import NodePower, PowerStateConfig
 from wattsched.engine.tail import PowerTail
@@ -262,7 +263,7 @@ def test_recording_in_run_dirs_adds_a_named_common_window_block(two_runs, tmp_pa
 
 
 def test_compare_charges_the_tail_with_the_runs_own_price_and_carbon(tmp_path):
-    from wattsched.energy.signals import load_csv_signal
+    from wattsched.energy.signals.csv_files import load_csv_signal
     from wattsched.experiments.compare import comparison
     from wattsched.experiments.demo import SIGNAL_YEAR, write_generated_signals
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from ..core.errors import WattschedError
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from .client import AgentClient
 
 PREFIX = "wattsched-gpu:"

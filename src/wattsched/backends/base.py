@@ -21,7 +21,7 @@ from typing import Protocol
 
 from ..core.cluster import MILLI
 from ..core.errors import WattschedError
-from ..energy.dvfs import GpuSetting
+from ..core.settings import GpuSetting
 from ..policies.contract import Capability
 
 # A live job's state, as wattsched needs it (the cluster manager's own names map onto these).

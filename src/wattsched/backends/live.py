@@ -3,10 +3,10 @@ observations of a real cluster manager (docs/live-slurm.md §3).
 
 :class:`LiveCluster` keeps a mirror of the observed cluster: the job table (jobs in the order they were first seen),
 their status, and the free capacity (``ClusterState``) after every job that holds GPUs. The scheduler, and the
-placement, queue and allocation policies inside it, read it through :class:`LiveView` and act through
-:class:`LiveActions`, which validate each action against the mirror and carry it out through the backend
-(``backends/base.py``). Times are seconds since the mirror's origin (the earliest submission or first observation),
-as in the simulator.
+placement, queue and allocation policies inside it, read it through :class:`~.live_view.LiveView`
+(``live_view.py``) and act through :class:`~.live_actions.LiveActions` (``live_actions.py``), which validate each
+action against the mirror and carry it out through the backend (``backends/base.py``). Times are seconds since the
+mirror's origin (the earliest submission or first observation), as in the simulator.
 
 What a live cluster cannot know the way the simulator does, and how it is answered here:
 
@@ -24,6 +24,10 @@ What a live cluster cannot know the way the simulator does, and how it is answer
 Every action is checked by the same :class:`~..policies.validation.ActionValidator` as in the simulator, against
 the capabilities the backend declares (``ClusterBackend.capabilities``); a policy that needs a capability the
 backend lacks is refused before the first observation.
+
+This file (~720 lines) stays whole: it is the mirror, one class whose arrays every observation updates (jobs seen,
+their status, what they hold, node power) with the helpers that build its cluster and capabilities; the view and
+the actions that read and change those arrays are modules of their own.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.gpus import GPU_CATALOG
 from ..core.jobs import JobTable
+from ..core.placement import NodeShare, Placement
+from ..core.requests import RequestBook
+from ..core.settings import DEFAULT_SETTING
 from ..core.states import (
     BOOTING,
     OFF,
@@ -55,21 +62,16 @@ from ..core.states import (
     STATUS_RUNNING,
     STATUS_UNSCHEDULABLE,
 )
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
-from ..policies.base import JobRequest, Placement
 from ..policies.contract import (
     ARRIVED,
     BOOTED,
     LEFT,
     RELEASED,
-    SETTINGS,
     SWITCHED_OFF,
     TAKEN,
     BindContext,
     Capability,
     ChangeCounter,
-    ChangeSet,
-    InvalidDecision,
     PowerManager,
     Scheduler,
     Target,
@@ -77,7 +79,6 @@ from ..policies.contract import (
     WakeCallback,
     check_capabilities,
 )
-from ..policies.requests import RequestBook
 from ..policies.validation import ActionValidator
 from .base import (
     JOB_FINISHED,
@@ -94,6 +95,8 @@ from .base import (
     Observation,
     StartRequest,
 )
+from .live_actions import LiveActions, Outgoing
+from .live_view import LiveView
 from .meter import LiveMeter
 from .power import LivePower
 from .store import JobStore
@@ -192,16 +195,6 @@ def live_origin(first: Observation) -> float:
     """The mirror's time origin (epoch seconds): the earliest submission still listed, or the first
     observation."""
     return min([first.time_s, *(j.submit_s for j in first.jobs if j.state != JOB_FINISHED)])
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """A start the pass made, to be let go in the cluster manager by ``LiveCluster.flush``."""
-
-    job: int
-    nodes: tuple[str, ...]
-    setting: GpuSetting
-    resize: tuple[int, int] | None = None  # (nodes, GPUs per node) when the job runs in another shape
 
 
 @dataclass
@@ -508,7 +501,7 @@ class LiveCluster:
             free = np.flatnonzero(self.state.gpu_left[i] >= o.gpu_milli)[: o.gpus_per_node]
             if free.size < o.gpus_per_node:
                 return None
-            out.append((i, tuple(int(g) for g in free), o.cpus * MILLI // max(len(o.nodes), 1), 0))
+            out.append(NodeShare(i, tuple(int(g) for g in free), o.cpus * MILLI // max(len(o.nodes), 1), 0))
         return tuple(out)
 
     def _fits(self, target: Target, on_available: bool = True) -> bool:
@@ -718,352 +711,6 @@ class LiveCluster:
             return self.resized[job]
         o = self.obs[job]
         return o.num_nodes, o.gpus_per_node
-
-
-class LiveView:
-    """The live ``ClusterView``: the mirror's arrays, read-only by contract."""
-
-    def __init__(self, cluster: LiveCluster):
-        self._c = cluster
-
-    @property
-    def now(self) -> float:
-        return self._c.now
-
-    @property
-    def spec(self) -> ClusterSpec:
-        return self._c.spec
-
-    @property
-    def jobs(self) -> JobTable:
-        return self._c.jobs
-
-    @property
-    def state(self) -> ClusterState:
-        return self._c.state
-
-    @property
-    def node_rank(self) -> np.ndarray:
-        return self._c.node_rank
-
-    @property
-    def perf(self) -> PerformanceModel:
-        return self._c.perf
-
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        return self._c.capabilities
-
-    @property
-    def status(self) -> np.ndarray:
-        return self._c.status
-
-    @property
-    def phase(self) -> np.ndarray:
-        return self._c.phase
-
-    @property
-    def queue_length(self) -> int:
-        return int((self._c.status == STATUS_PENDING).sum()) - len(self._c.deferred)
-
-    def pending(self) -> Iterator[int]:
-        return self._c.pending()
-
-    def pending_jobs(self) -> np.ndarray:
-        return self._c.pending_array()
-
-    def deferred_jobs(self) -> np.ndarray:
-        return np.sort(np.fromiter(self._c.deferred, dtype=np.int64, count=len(self._c.deferred)))
-
-    def running_jobs(self) -> np.ndarray:
-        return np.fromiter(self._c.targets, dtype=np.int64, count=len(self._c.targets))
-
-    @property
-    def keep_free_gpus(self) -> float:
-        return self._c.keep_free_gpus
-
-    def request(self, job: int) -> JobRequest:
-        return self._c.book.request(job)
-
-    def request_class(self, job: int) -> int:
-        return int(self._c.book.request_class[job])
-
-    def target(self, job: int) -> Target | None:
-        return self._c.targets.get(job)
-
-    def previous_placement(self, job: int) -> Placement | None:
-        return self._c.last_placement.get(job)
-
-    # Work is the job's wall-time limit in seconds (the only duration a live user states), done at the model's rate.
-    def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
-        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        left: np.ndarray = np.maximum(c.perf.work[jobs] - c.progress_now(jobs), 0.0)
-        return left
-
-    def work(self, jobs: np.ndarray) -> np.ndarray:
-        return self._c.perf.work[np.asarray(jobs, dtype=np.int64)]
-
-    def rate(self, jobs: np.ndarray) -> np.ndarray:
-        """The model's rate while a job holds GPUs and is not restarting (0 otherwise)."""
-        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        return np.where((c.held_gpus[jobs] > 0) & (c.now >= c.rate_since[jobs]), c.rate_now[jobs], 0.0)
-
-    def held_gpus(self, jobs: np.ndarray) -> np.ndarray:
-        return self._c.held_gpus[np.asarray(jobs, dtype=np.int64)]
-
-    def attained_gpu_seconds(self, jobs: np.ndarray) -> np.ndarray:
-        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        attained: np.ndarray = c.attained_gpu_s[jobs] + c.held_gpus[jobs] * np.where(
-            c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0
-        )
-        return attained
-
-    def executed_seconds(self, jobs: np.ndarray) -> np.ndarray:
-        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        held: np.ndarray = c.executed_s[jobs] + np.where(
-            c.held_gpus[jobs] > 0, c.now - c.hold_since[jobs], 0.0
-        )
-        return held
-
-    def last_stop_s(self, jobs: np.ndarray) -> np.ndarray:
-        return self._c.last_stop[np.asarray(jobs, dtype=np.int64)]
-
-    def estimated_end(self, jobs: np.ndarray) -> np.ndarray:
-        """As in the simulator: now + remaining / rate at the present rate (inf while restarting or without a
-        time limit)."""
-        c, jobs = self._c, np.asarray(jobs, dtype=np.int64)
-        rate = self.rate(jobs)
-        known = (c.jobs.duration_s[jobs] > 0) & (rate > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(
-                known, c.now + self.remaining_work(jobs) / np.where(rate > 0, rate, 1.0), math.inf
-            )
-
-    def next_checkpoint_s(self, job: int) -> float:
-        """As in the simulator: every checkpoint interval (the job's own, else the run's) from when it began
-        running; never (inf) with no interval (it checkpoints when stopped) or while not running."""
-        c = self._c
-        own = float(c.jobs.checkpoint_s[job])
-        interval = own if not math.isnan(own) else c.checkpoint_interval_s
-        if not interval > 0 or c.phase[job] != PHASE_RUNNING:
-            return math.inf
-        since = c.hold_since[job]
-        return float(since + (math.floor((c.now - since) / interval) + 1) * interval)
-
-    def restart_delay_s(self, job: int, target: Target) -> float:
-        """The performance model's restart delay, as in the simulator (0 for a first start)."""
-        c = self._c
-        if math.isnan(c.start_s[job]):
-            return 0.0
-        last = c.last_placement.get(job)
-        same = last is not None and _gpu_set(last) == _gpu_set(target.placement)
-        return float(c.perf.restart_delay_s(job, target.num_gpus, same))
-
-    def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
-        running = self.running_jobs()
-        jobs = self._c.jobs
-        return self.estimated_end(running), jobs.num_gpu[running] * jobs.gpu_milli[running] / 1000.0
-
-    def free_gpus_total(self) -> int:
-        state = self._c.state
-        return int(state.free_gpus[state.available].sum())
-
-    @property
-    def power_state(self) -> np.ndarray:
-        return self._c.power_state
-
-    @property
-    def idle_since(self) -> np.ndarray:
-        return self._c.idle_since
-
-    def power_w(self) -> float | None:
-        return self._c.meter.power_w
-
-    def energy_used_j(self) -> float | None:
-        return self._c.meter.energy_j
-
-    @property
-    def power_source(self) -> str:
-        """Where ``power_w`` and ``energy_used_j`` come from (the agents' metrics, the model, or both)."""
-        return self._c.meter.source
-
-    def price_usd_per_mwh(self) -> float | None:
-        price = self._c.price
-        return None if price is None else float(price.value_at(np.array([self._c.now]))[0])
-
-    def price_ahead_usd_per_mwh(self, hours: int) -> np.ndarray | None:
-        price = self._c.price
-        if price is None:
-            return None
-        return price.value_at(self._c.now + 3600.0 * np.arange(max(int(hours), 0)))
-
-    def carbon_g_per_kwh(self) -> float | None:
-        carbon = self._c.carbon
-        return None if carbon is None else float(carbon.value_at(np.array([self._c.now]))[0])
-
-    def next_arrival_s(self) -> float:
-        # Live arrivals are not known before they are submitted: none is known (the scheduler hears of new
-        # jobs through Scheduler.on_jobs_added).
-        return math.inf
-
-    @property
-    def changes(self) -> ChangeSet:
-        return self._c.changes.since_decision()
-
-    @property
-    def power_epoch(self) -> int:
-        power = self._c.power
-        return power.power_epoch if power is not None else 0
-
-    @property
-    def booting_gpus(self) -> float:
-        power = self._c.power
-        return power.booting_gpus if power is not None else 0.0
-
-
-class LiveActions:
-    """The live ``Actions``: each one is checked against the mirror, then carried out through the backend. Starts
-    are collected and let go in one batch after the pass (the pass itself makes no cluster-manager call); other
-    actions are carried out at once. A backend failure is logged with its command and leaves the mirror as it was
-    (the next decision retries)."""
-
-    def __init__(self, cluster: LiveCluster, by: str):
-        self._c = cluster
-        self._by = by
-
-    def _invalid(self, job: int | None, message: str) -> InvalidDecision:
-        return InvalidDecision(self._by, None if job is None else self._c.ids[job], message)
-
-    def start(self, job: int, target: Target) -> None:
-        c = self._c
-        if not 0 <= job < len(c.ids):
-            raise self._invalid(None, f"unknown job index {job}")
-        if c.status[job] != STATUS_PENDING or job in c.targets:
-            raise self._invalid(job, "start of a job that is not waiting")
-        c.validator.target(self._by, job, target)
-        nodes = tuple(str(c.spec.node_names[n]) for n, *_ in target.placement)
-        per_node = {len(gpus) for _, gpus, _, _ in target.placement}
-        shape = (len(nodes), per_node.pop()) if len(per_node) == 1 else None
-        resize = None
-        if shape != c.shape(job):
-            # A cluster manager runs a job in one shape: so many GPUs on each of its nodes.
-            if shape is None or shape[1] == 0:
-                where = _describe(c, target.placement)
-                raise self._invalid(job, f"placement {where} has GPUs per node that differ: the cluster manager "
-                                         "runs a job with the same GPUs on each node")  # fmt: skip
-            resize = shape
-        if not c._fits(target):
-            raise self._invalid(job, f"placement {_describe(c, target.placement)} is not free")
-        c.store.record_start(c.ids[job], target.placement, "starting")  # before the call: no double start
-        c._hold(job, target)
-        c.phase[job] = PHASE_RELEASED  # running once the cluster manager says so
-        c.outbox.append(
-            Outgoing(job, nodes, target.setting, resize)
-        )  # let go after the pass (LiveCluster.flush)
-
-    def stop(self, job: int, save: bool = False) -> None:
-        c = self._c
-        if job not in c.targets:
-            raise self._invalid(job, "stop of a job that holds nothing")
-        c.validator.stop(self._by, job)
-        if any(e.job == job for e in c.outbox):  # started by wattsched but not let go yet: nothing to requeue
-            c.outbox = [e for e in c.outbox if e.job != job]
-            c._release(job)
-            c.status[job] = STATUS_PENDING
-            c.store.mark(c.ids[job], "waiting")
-            return
-        try:
-            c.backend.requeue(c.ids[job])
-        except BackendError as exc:
-            log.warning("requeue of job %s failed: %s", c.ids[job], exc)
-            return
-        c._release(job)
-        c.status[job] = STATUS_PENDING
-        c.requeued_at[job] = c.observations
-        c.store.mark(c.ids[job], "requeued")
-
-    def move(self, job: int, target: Target) -> None:
-        self.move_many({job: target})
-
-    def move_many(self, targets: Mapping[int, Target]) -> None:
-        # A live job changes nodes or size through a requeue and a new start on its target (resized first where
-        # the shape changes); every job is stopped before any is placed again, as in the simulator.
-        for job in targets:
-            self.stop(job)
-        for job, target in targets.items():
-            if self._c.status[job] == STATUS_PENDING and job not in self._c.targets:
-                self.start(job, target)
-
-    def retune(self, job: int, setting: GpuSetting) -> None:
-        c = self._c
-        if job not in c.targets:
-            raise self._invalid(job, "retune of a job that holds nothing")
-        old = c.targets[job]
-        c.validator.setting(self._by, job, old.placement, setting)
-        c.targets[job] = Target(old.placement, old.share_milli, setting)
-        c._rerate([job])
-        c.changes.counts[SETTINGS] += 1
-        self.apply_setting(job, setting)
-
-    def apply_setting(self, job: int, setting: GpuSetting) -> None:
-        c = self._c
-        nodes = [str(c.spec.node_names[n]) for n, *_ in c.targets[job].placement]
-        try:
-            c.backend.set_gpu_setting(c.ids[job], nodes, setting)
-        except BackendError as exc:
-            log.warning("GPU setting of job %s not applied: %s", c.ids[job], exc)
-
-    def reject(self, job: int) -> None:
-        c = self._c
-        if c.status[job] != STATUS_PENDING or job in c.targets:
-            raise self._invalid(job, "reject of a job that is not pending")
-        try:
-            c.backend.cancel(c.ids[job])
-        except BackendError as exc:
-            log.warning("cancel of job %s failed: %s", c.ids[job], exc)
-            return
-        c.status[job] = STATUS_DROPPED
-        c.changes.counts[LEFT] += 1
-        c.store.mark(c.ids[job], "rejected")
-
-    def defer(self, job: int, deferred: bool = True) -> None:
-        c = self._c
-        if (job in c.deferred) != deferred:
-            c.changes.counts[SETTINGS] += 1
-        (c.deferred.add if deferred else c.deferred.discard)(job)
-
-    def keep_free(self, gpus: float) -> None:
-        if not gpus >= 0:
-            raise self._invalid(None, f"keep_free_gpus must be >= 0, got {gpus}")
-        if float(gpus) != self._c.keep_free_gpus:
-            self._c.changes.counts[SETTINGS] += 1
-        self._c.keep_free_gpus = float(gpus)
-
-    def power_on(self, nodes: Iterable[int]) -> None:
-        if self._c.power is None:  # as in the simulator: node power belongs to a power manager
-            raise self._invalid(None, "this run has no node power control (no --power manager)")
-        self._c.power.boot(list(nodes))
-
-    def power_off(self, nodes: Iterable[int]) -> None:
-        if self._c.power is None:
-            raise self._invalid(None, "this run has no node power control (no --power manager)")
-        self._c.power.shutdown(list(nodes))
-
-    def wake_at(self, time: float, callback: WakeCallback) -> None:
-        if not time >= self._c.now:
-            raise self._invalid(None, f"wake-up at {time} is in the past (now {self._c.now})")
-        self._c.schedule(time, callback, self)
-
-    def decide_after_events(self) -> None:
-        self._c.decide_requested = True
-
-
-def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
-    return frozenset((node, g) for node, gpus, _, _ in placement for g in gpus)
-
-
-def _describe(c: LiveCluster, placement: Placement) -> str:
-    return ";".join(f"{c.spec.node_names[n]}:{','.join(map(str, g))}" for n, g, _, _ in placement)
 
 
 if TYPE_CHECKING:

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
-from ..policies.contract import SWITCHED_OFF, Actions, PowerManager
-from ..policies.power import BlockedWatch
+from ..policies.contract import SWITCHED_OFF, Actions, BlockedWatch, PowerManager
 from .base import BackendError
 
 if TYPE_CHECKING:

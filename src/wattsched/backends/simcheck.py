@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.jobs import JobTable
-from ..experiments.config import SimulationConfig
-from ..policies.base import Placement
+from ..core.placement import Placement
+from ..policies.build import SchedulerConfig, SchedulerSettings, build_scheduler
 from .driver import LiveDriver
 
 if TYPE_CHECKING:
@@ -40,11 +40,10 @@ def _live_cluster(driver: LiveDriver) -> LiveCluster:
 
 
 def simulate_like(
-    driver: LiveDriver, cfg: SimulationConfig, durations_s: dict[str, float]
+    driver: LiveDriver, cfg: SchedulerConfig | SchedulerSettings, durations_s: dict[str, float]
 ) -> tuple[JobTable, RunOutcome]:
     """Simulate the live run's jobs (by their ids' scripted durations) on its cluster with its scheduler."""
     from ..engine.temporal import Simulator
-    from ..experiments.run import build_scheduler
 
     c = _live_cluster(driver)
     jobs = c.jobs
@@ -58,7 +57,9 @@ def simulate_like(
     return jobs, outcome
 
 
-def compare(driver: LiveDriver, cfg: SimulationConfig, durations_s: dict[str, float]) -> pd.DataFrame:
+def compare(
+    driver: LiveDriver, cfg: SchedulerConfig | SchedulerSettings, durations_s: dict[str, float]
+) -> pd.DataFrame:
     """One row per job: live and simulated nodes and start rank, and whether they agree."""
     c = _live_cluster(driver)
     jobs, outcome = simulate_like(driver, cfg, durations_s)

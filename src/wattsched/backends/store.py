@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import WattschedError
-from ..policies.base import Placement
+from ..core.placement import NodeShare, Placement
 
 STATES = ("waiting", "starting", "released", "running", "requeued", "finished", "rejected")
 
@@ -56,7 +56,9 @@ class JobStore:
         row = self.db.execute("SELECT placement FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         if row is None or row[0] is None:
             return None
-        return tuple((int(n), tuple(int(x) for x in g), int(c), int(m)) for n, g, c, m in json.loads(row[0]))
+        return tuple(
+            NodeShare(int(n), tuple(int(x) for x in g), int(c), int(m)) for n, g, c, m in json.loads(row[0])
+        )
 
     def starts(self) -> dict[str, int]:
         """How many times each job was let go (a requeued job may be started again)."""

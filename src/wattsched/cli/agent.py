@@ -119,7 +119,7 @@ def agent_job_command(
     from ..agent.client import AgentClient
     from ..agent.jobs import apply_setting, decode_setting, job_gpus, measure_job, reset_gpus
     from ..core.errors import WattschedError
-    from ..energy.dvfs import DEFAULT_SETTING
+    from ..core.settings import DEFAULT_SETTING
 
     if phase not in ("start", "end"):
         raise typer.BadParameter(f"phase: start or end, got {phase!r}")

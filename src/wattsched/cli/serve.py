@@ -135,8 +135,7 @@ def slurm(
     from ..backends.slurm.backend import SlurmBackend
     from ..backends.store import JobStore
     from ..engine.power import PowerStateConfig
-    from ..experiments.config import SimulationConfig
-    from ..experiments.run import build_scheduler
+    from ..policies.build import SchedulerConfig, build_scheduler
     from ..policies.contract import POWER_MANAGERS
     from ..policies.power import power_manager_from_config
 
@@ -158,7 +157,7 @@ def slurm(
                 recorder = ProfileRecorder(record_profiles, agent_url, record_interval)
             except ValueError as exc:
                 raise typer.BadParameter(str(exc)) from None
-        cfg = SimulationConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
+        cfg = SchedulerConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
         scheduler = build_scheduler(cfg, None)
         metrics = LiveMetrics()
         driver = LiveDriver(
@@ -205,12 +204,11 @@ def check(
     from ..backends.store import JobStore
     from ..core.atomic import write_text
     from ..core.states import STATUS_DONE
-    from ..experiments.config import SimulationConfig
     from ..experiments.grid import write_csv
-    from ..experiments.run import build_scheduler
+    from ..policies.build import SchedulerConfig, build_scheduler
 
     with user_errors():
-        cfg = SimulationConfig(queue="fifo", placement=placement)
+        cfg = SchedulerConfig(queue="fifo", placement=placement)
         fake = None if slurm else FakeSlurm.uniform(3)
         if fake is None:
             runner = subprocess_runner()
@@ -426,11 +424,10 @@ def _k8s_full_contract(api, where, stop, queue, placement, allocation, round_s, 
     from ..backends.k8s.backend import K8sBackend
     from ..backends.store import JobStore
     from ..engine.power import PowerStateConfig
-    from ..experiments.config import SimulationConfig
-    from ..experiments.run import build_scheduler
+    from ..policies.build import SchedulerConfig, build_scheduler
     from ..policies.power import power_manager_from_config
 
-    cfg = SimulationConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
+    cfg = SchedulerConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
     scheduler = build_scheduler(cfg, None)
     manager = None
     if power_manager:

@@ -14,7 +14,7 @@ from rich.table import Table
 from ..core.atomic import write_with
 from ..core.errors import UnknownNameError
 from ..data import registry
-from ..energy import signals as sig
+from ..energy.signals import catalog, clean
 from .common import console, extra_installed, missing_extra, user_errors
 
 signals_app = typer.Typer(
@@ -37,16 +37,16 @@ def _load_signals(
     fill: str | None,
     max_gap_hours: int,
     usd: bool,
-) -> tuple[list[sig.GridSignal], list[str]]:
+) -> tuple[list[clean.GridSignal], list[str]]:
     """The requested signals, and notes about ones skipped because `both` asked for a series that does not exist."""
     if kind not in KINDS:
         raise UnknownNameError("signal kind", kind, KINDS)
-    if fill is not None and fill not in sig.FILL_MODES:
-        raise UnknownNameError("fill mode", fill, sig.FILL_MODES)
-    fill_mode = cast("sig.Fill | None", fill)  # checked just above
+    if fill is not None and fill not in catalog.FILL_MODES:
+        raise UnknownNameError("fill mode", fill, catalog.FILL_MODES)
+    fill_mode = cast("catalog.Fill | None", fill)  # checked just above
     wanted = ["price", "carbon"] if kind == "both" else [kind]
     notes: list[str] = []
-    catalogs = {"price": sig.price_catalog(), "carbon": sig.carbon_catalog()}
+    catalogs = {"price": catalog.price_catalog(), "carbon": catalog.carbon_catalog()}
     if kind == "both":
         # With `both`, a missing region/year for one signal is a note, as long as the other exists.
         present = [k for k in wanted if year in catalogs[k].get(region, [])]
@@ -61,24 +61,24 @@ def _load_signals(
     for k in wanted:
         if k == "price":
             out.append(
-                sig.load_price(
+                clean.load_price(
                     region, year, data_dir, max_gap_hours=max_gap_hours, fill=fill_mode, to_usd=usd
                 )
             )
         else:
             out.append(
-                sig.load_carbon(
+                clean.load_carbon(
                     region, year, data_dir, carbon_kind, max_gap_hours=max_gap_hours, fill=fill_mode
                 )
             )
     return out, notes
 
 
-def _label(s: sig.GridSignal) -> str:
+def _label(s: clean.GridSignal) -> str:
     return "price" if s.kind == "price" else f"carbon intensity ({s.name.removeprefix('carbon_')})"
 
 
-def _report_rows(signals: list[sig.GridSignal]) -> list[tuple[str, list[str]]]:
+def _report_rows(signals: list[clean.GridSignal]) -> list[tuple[str, list[str]]]:
     def borrowed(r: dict[str, Any]) -> str:
         return ", ".join(f"{b['hours']} h from {Path(b['file']).name}" for b in r["borrowed"]) or "0"
 
@@ -104,7 +104,7 @@ def _report_rows(signals: list[sig.GridSignal]) -> list[tuple[str, list[str]]]:
     return [(name, [fn(s.report) for s in signals]) for name, fn in rows]
 
 
-def _plot(signals: list[sig.GridSignal], profiles: list[np.ndarray], out: Path) -> Path:
+def _plot(signals: list[clean.GridSignal], profiles: list[np.ndarray], out: Path) -> Path:
     # Figure without pyplot: no global backend state, safe inside a library/CLI process.
     import pandas as pd
     from matplotlib.figure import Figure
@@ -186,9 +186,9 @@ def show(
     ] = None,
     max_gap_hours: Annotated[
         int, typer.Option("--max-gap-hours", help="Longest gap interpolated without --fill.")
-    ] = sig.DEFAULT_MAX_GAP_HOURS,
+    ] = catalog.DEFAULT_MAX_GAP_HOURS,
     usd: Annotated[
-        bool, typer.Option("--usd", help=f"Convert EUR prices at {sig.EUR_TO_USD} USD/EUR.")
+        bool, typer.Option("--usd", help=f"Convert EUR prices at {catalog.EUR_TO_USD} USD/EUR.")
     ] = False,
 ) -> None:
     """Summary statistics, average daily shape by local hour, clean-up report and a PNG plot."""
@@ -205,7 +205,7 @@ def show(
         )
         for note in notes:
             console.print(f"note: {note}", highlight=False)
-        profiles = [sig.daily_profile(s, "local") for s in signals]
+        profiles = [clean.daily_profile(s, "local") for s in signals]
 
         stats = Table(title="hourly values")
         for col in ("signal", "unit", "min", "mean", "max", "daily-profile min (local hour)"):
@@ -266,11 +266,11 @@ def _years(years: list[int]) -> str:
 def list_signals(data_dir: DataDirOption = None) -> None:
     """Regions and years whose price / carbon-intensity files are available locally."""
     with user_errors():
-        local = sig.available_locally(data_dir)
+        local = catalog.available_locally(data_dir)
         table = Table(title="grid signals available locally")
         for col in ("region", "time zone", "price years", "carbon years"):
             table.add_column(col)
-        for region, tz in sig.REGION_TZ.items():
+        for region, tz in catalog.REGION_TZ.items():
             price = local["price"].get(region, [])
             carbon = local["carbon"].get(region, [])
             table.add_row(region, tz, _years(price), _years(carbon))

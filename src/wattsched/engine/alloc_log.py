@@ -15,9 +15,9 @@ from array import array
 import numpy as np
 import pandas as pd
 
+from ..core.placement import Placement
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import PHASE_NAMES
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
-from ..policies.base import Placement
 
 FIELDS = ("time_s", "job", "alloc", "load", "rate", "phase", "setting", "lost")
 _WIDTH = len(FIELDS)

@@ -42,7 +42,7 @@ from .power import NodePower, Transition
 from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
 
 if TYPE_CHECKING:
-    from ..energy.signals import AlignedSignal
+    from ..energy.signals.alignment import AlignedSignal
     from .temporal import Simulator
 
 COMPONENTS = (

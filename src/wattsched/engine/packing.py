@@ -11,14 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.jobs import JobTable
-from ..policies.base import Placement, PlacementPolicy
-from ..policies.requests import RequestBook
+from ..core.placement import Placement
+from ..core.requests import JobRequest, RequestBook
 from .recorder import GrowableColumns
+
+
+class Placer(Protocol):
+    """What packing mode needs of a placement policy (``policies.base.PlacementPolicy`` has it): the engine
+    names no policy module but the contract."""
+
+    def bind(self, spec: ClusterSpec, rng: np.random.Generator) -> None: ...
+
+    def prepare(self, jobs: JobTable, spec: ClusterSpec) -> None: ...
+
+    def place(self, state: ClusterState, req: JobRequest) -> Placement | None: ...
 
 
 class PackingObserver:
@@ -69,7 +81,7 @@ class PackingOutcome:
 def run_packing(
     jobs: JobTable,
     spec: ClusterSpec,
-    placement: PlacementPolicy,
+    placement: Placer,
     rng_order: np.random.Generator,
     rng_policy: np.random.Generator,
     inflate: float = 1.3,

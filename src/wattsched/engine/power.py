@@ -16,8 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.states import BOOTING, OFF, ON, SHUTTING_DOWN
-from ..policies.contract import BOOTED, SWITCHED_OFF, PowerManager
-from ..policies.power import BlockedWatch
+from ..policies.contract import BOOTED, SWITCHED_OFF, BlockedWatch, PowerManager
 
 if TYPE_CHECKING:
     from ..policies.contract import Actions, ClusterView

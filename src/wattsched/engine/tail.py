@@ -21,7 +21,7 @@ import numpy as np
 from ..core.errors import WattschedError
 
 if TYPE_CHECKING:
-    from ..energy.signals import AlignedSignal
+    from ..energy.signals.alignment import AlignedSignal
 
 J_PER_KWH = 3.6e6
 # Components a node draws with no jobs (pre-PUE), in ``ledger.COMPONENTS``' order; with no job nothing computes or

@@ -15,6 +15,10 @@ setting, co-runners):
 
 A job without a table keeps the behaviour of a plain trace replay: speed 1 at its trace GPU count (times the
 DVFS speed), scaled linearly with the GPU count it is given (stated assumption).
+
+This file (~660 lines) stays whole: it is one class, the model the engine and the policies query, whose per-job
+caches (rates, sharing noise, measured profiles and loads) every query reads; the tables, the restart model,
+the sharing models and the profiles it is built from are modules of their own.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import numpy as np
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.gpus import gpu_model
 from ..core.jobs import JobTable
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response
+from ..core.settings import DEFAULT_SETTING, GpuSetting
+from ..energy.dvfs import dvfs_response
 from ..energy.utilisation import job_gpu_load
 from .catalog import MODEL_FACTS, OWN_MEASUREMENTS, TABLE_SOURCE, normalise
 from .colocation import SLICING, SharingModel

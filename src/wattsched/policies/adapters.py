@@ -18,8 +18,8 @@ import numpy as np
 from ..core.cluster import MILLI
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
+from ..core.settings import DEFAULT_SETTING
 from ..core.states import STATUS_PENDING, STATUS_RUNNING
-from ..energy.dvfs import DEFAULT_SETTING
 from .base import PlacementPolicy, QueuePolicy, run_pass
 from .contract import (
     Actions,

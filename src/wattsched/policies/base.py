@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -22,36 +21,12 @@ import numpy as np
 from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.jobs import JobTable
+
+# Placement is also re-exported from here for experiments/outputs.py and experiments/fgd_pwr.py, which import it
+# from policies.base (they may switch to core.placement; then this comment goes).
+from ..core.placement import NodeShare, Placement
 from ..core.registry import Registry
-
-# One node's share of a placement: (node index, GPU slot indices, milli-CPU, MiB memory).
-NodeAlloc = tuple[int, tuple[int, ...], int, int]
-Placement = tuple[NodeAlloc, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    """What one job asks for, as a placement policy sees it."""
-
-    index: int
-    num_gpu: int
-    gpu_milli: int  # per GPU; 1000 whole, <1000 shared pod on one GPU, 0 CPU-only
-    cpu_milli: int
-    memory_mib: int
-    node_mask: np.ndarray  # bool [N]: nodes whose GPU model the job accepts
-    gang: bool  # needs more GPUs than any single eligible node has: spread over several nodes
-    mask_id: int = -1  # identifies node_mask (equal ids, equal masks); -1 for a job without GPUs
-    per_node: int = (
-        0  # a gang's GPUs on each of its nodes when fixed (a Slurm job of N nodes x G GPUs); 0: any split
-    )
-
-    @property
-    def is_share(self) -> bool:
-        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
-
-    @property
-    def gpu_demand_milli(self) -> int:
-        return self.num_gpu * self.gpu_milli
+from ..core.requests import JobRequest
 
 
 def feasible_nodes(state: ClusterState, req: JobRequest) -> np.ndarray:
@@ -84,7 +59,7 @@ def fill_gang(state: ClusterState, req: JobRequest, nodes: list[int], usable: li
     """Take a gang's GPUs from `nodes` in the order given, at most `usable` on each; CPU and memory follow the
     GPUs in proportion (the last node takes the rounding remainder, so totals match the request). None unless
     every GPU is placed."""
-    allocs: list[NodeAlloc] = []
+    allocs: list[NodeShare] = []
     remaining = req.num_gpu
     cpu_left, mem_left = req.cpu_milli, req.memory_mib
     for node, can_take in zip(nodes, usable, strict=True):
@@ -96,7 +71,7 @@ def fill_gang(state: ClusterState, req: JobRequest, nodes: list[int], usable: li
         mem = mem_left if remaining == 0 else int(req.memory_mib / req.num_gpu * take)
         cpu_left -= cpu
         mem_left -= mem
-        allocs.append((node, gpus_best(state.gpu_left[node], take, MILLI), cpu, mem))
+        allocs.append(NodeShare(node, gpus_best(state.gpu_left[node], take, MILLI), cpu, mem))
         if remaining == 0:
             return tuple(allocs)
     return None
@@ -157,7 +132,7 @@ class PlacementPolicy(ABC):
         if nodes.size == 0:
             return None
         node = int(nodes[0]) if nodes.size == 1 else self.pick(self.score(state, req, nodes), nodes)
-        return ((node, self.choose_gpus(state, req, node), req.cpu_milli, req.memory_mib),)
+        return (NodeShare(node, self.choose_gpus(state, req, node), req.cpu_milli, req.memory_mib),)
 
     def place_gang(self, state: ClusterState, req: JobRequest) -> Placement | None:
         """All-or-nothing placement of a job larger than any node: whole GPUs on as few nodes as possible.

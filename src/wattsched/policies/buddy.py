@@ -45,7 +45,9 @@ import numpy as np
 
 from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI, ClusterState
-from .base import PLACEMENT_POLICIES, JobRequest, NodeAlloc, Placement, PlacementPolicy, feasible_nodes
+from ..core.placement import NodeShare, Placement
+from ..core.requests import JobRequest
+from .base import PLACEMENT_POLICIES, PlacementPolicy, feasible_nodes
 from .planning import Consolidated
 
 LAYOUT_CACHE_SIZE = 1024  # request shapes whose node layout is kept (gangs are few shapes)
@@ -133,7 +135,7 @@ class Buddy(PlacementPolicy):
         cand = nodes[k]
         best = int(np.lexsort((b, self.rank[cand], state.free_gpus[cand], size[k, b]))[0])
         node, start = int(cand[best]), int(b[best]) * n
-        return ((node, tuple(range(start, start + n)), req.cpu_milli, req.memory_mib),)
+        return (NodeShare(node, tuple(range(start, start + n)), req.cpu_milli, req.memory_mib),)
 
     # -- rule 3: whole nodes, aligned groups under one switch, or whole switches --------------------------------------
     def _cached_layout(self, state: ClusterState, req: JobRequest):
@@ -212,7 +214,7 @@ class Buddy(PlacementPolicy):
             chosen = rows[: int(enough[0]) + 1]
             nodes = np.concatenate([grid[r][could[r]] for r in chosen.tolist()])[:m].tolist()
         cpu, mem = even_split(req.cpu_milli, m), even_split(req.memory_mib, m)
-        allocs: list[NodeAlloc] = [
-            (int(node), tuple(range(g)), cpu[k], mem[k]) for k, node in enumerate(sorted(nodes))
+        allocs: list[NodeShare] = [
+            NodeShare(int(node), tuple(range(g)), cpu[k], mem[k]) for k, node in enumerate(sorted(nodes))
         ]
         return tuple(allocs)

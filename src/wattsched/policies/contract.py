@@ -12,7 +12,13 @@ Three kinds of policy plug into this contract:
   jobs start on arrival or release and run to the end where they were placed;
 * an :class:`AllocationPolicy`: every round (and optionally on arrivals and completions) it returns target
   allocations for all jobs, which :func:`~.adapters.apply_decision` turns into actions by diffing with the present;
-* a :class:`PowerManager`, which switches nodes on and off through the same view and actions.
+* a :class:`PowerManager`, which switches nodes on and off through the same view and actions
+  (:class:`BlockedWatch` says when a backend calls its ``on_blocked`` and ``on_headroom_short`` hooks).
+
+This module is the contract, so it is the one module of ``policies/`` that the engine and the live backends
+import (with ``policies/validation.py``, the one check of every action): they know the contract, never a
+specific policy. It imports only ``core/`` (and ``perf/`` for a type), never a policy module
+(tests/unit/test_import_rules.py, docs/architecture.md §1).
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ import numpy as np
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
+from ..core.placement import Placement
 from ..core.registry import Registry
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
-from .base import JobRequest, Placement
+from ..core.requests import JobRequest
+from ..core.settings import DEFAULT_SETTING, GpuSetting
+from ..core.states import OFF
 
 if TYPE_CHECKING:
     from ..perf.model import PerformanceModel
@@ -91,7 +99,7 @@ def check_capabilities(
 
 
 class TimeSeries(Protocol):
-    """A price or carbon series on the run's clock (seconds since its origin), as ``energy/signals.py`` aligns
+    """A price or carbon series on the run's clock (seconds since its origin), as ``energy/signals/alignment.py`` aligns
     one."""
 
     def value_at(self, t: np.ndarray) -> np.ndarray: ...
@@ -539,6 +547,38 @@ class PowerManager:
 
     def on_headroom_short(self, view: ClusterView, actions: Actions) -> None:
         """Fewer free GPUs are powered than ``view.keep_free_gpus`` and some nodes are off."""
+
+
+def powered_free_gpus(view: ClusterView) -> float:
+    """Free GPUs on nodes that are on, plus the GPUs of nodes booting."""
+    state = view.state
+    return float(state.free_gpus[state.available].sum()) + view.booting_gpus
+
+
+class BlockedWatch:
+    """When a backend calls a manager's ``on_blocked`` and ``on_headroom_short`` at the end of a decision batch
+    (the simulator's node power and the live backends' alike): re-plan boots only when work arrived or power
+    states changed (freed capacity or started jobs never call for more boots). Part of the contract: it says when
+    the :class:`PowerManager` hooks run."""
+
+    def __init__(self) -> None:
+        self._last_queue = 0
+        self._last_counts: tuple[int, ...] = ()
+
+    def batch_end(
+        self, manager: PowerManager, view: ClusterView, actions: Actions, counts: Callable[[], Sequence[int]]
+    ) -> None:
+        """`counts()`: nodes per power state now (called again after the manager acted)."""
+        queued = view.queue_length
+        if queued and counts()[OFF]:
+            now = tuple(counts())
+            if queued > self._last_queue or now != self._last_counts:
+                manager.on_blocked(view, actions)
+                self._last_counts = tuple(counts())
+        # Tracked on every batch: a queue that drained and refills must count as new work.
+        self._last_queue = queued
+        if view.keep_free_gpus > 0 and counts()[OFF] and powered_free_gpus(view) < view.keep_free_gpus:
+            manager.on_headroom_short(view, actions)
 
 
 ALLOCATION_POLICIES: Registry[AllocationPolicy] = Registry("allocation policy")

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.jobs import JobTable, spec_matrix
-from .base import PLACEMENT_POLICIES, JobRequest, PlacementPolicy
+from ..core.requests import JobRequest
+from .base import PLACEMENT_POLICIES, PlacementPolicy
 
 POPULARITY_THRESHOLD = 95.0  # % of pods the typical classes must cover (the experiment scripts pass 95)
 INCREASE_STEP = 1  # classes added per step (the experiment scripts pass 1)

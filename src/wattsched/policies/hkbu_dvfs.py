@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.errors import WattschedError
-from ..energy.dvfs import HkbuSetting, energy_optimal_setting, minimum_time, theta_adjust
+from ..energy.hkbu import HkbuSetting, energy_optimal_setting, minimum_time, theta_adjust
 from ..workloads.hkbu_tasks import DvfsTask
 
 IDLE_GPU_W = 85.0  # flat idle draw per powered GPU in the HKBU simulator

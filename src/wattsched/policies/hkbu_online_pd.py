@@ -32,7 +32,8 @@ from functools import lru_cache
 import numpy as np
 
 from ..core.errors import WattschedError
-from ..energy.dvfs import HKBU_DEFAULT, SM_CLOCK_MODEL_MIN, HkbuParams, sm_clock_curve
+from ..energy.dvfs import SM_CLOCK_MODEL_MIN
+from ..energy.hkbu import HKBU_DEFAULT, HkbuParams, sm_clock_curve
 
 LABEL = "HKBU-OnlinePD-reconstructed"
 _EPS = 1e-9

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.cluster import MILLI, ClusterState
-from .base import PLACEMENT_POLICIES, JobRequest, PlacementPolicy
+from ..core.requests import JobRequest
+from .base import PLACEMENT_POLICIES, PlacementPolicy
 
 MAX_SPEC_CPU = 128_000  # milli-CPU of the largest node shape (normalisation constant of the FGD simulator)
 MAX_SPEC_GPU = 8_000  # milli-GPU of the largest node shape

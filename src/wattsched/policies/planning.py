@@ -13,14 +13,16 @@ import numpy as np
 
 from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
-from .base import PLACEMENT_POLICIES, JobRequest, Placement, PlacementPolicy, fill_gang
+from ..core.placement import NodeShare, Placement
+from ..core.requests import JobRequest
+from ..core.settings import DEFAULT_SETTING, GpuSetting
+from .base import PLACEMENT_POLICIES, PlacementPolicy, fill_gang
 from .contract import ClusterView, Decision, Target
 
 
 def job_gpu_codes(ctx) -> np.ndarray:
     """Per job, the GPU model code of the first node it may use (-1 if none): the GPU type a policy plans for."""
-    from .requests import RequestBook
+    from ..core.requests import RequestBook
 
     book = RequestBook.build(ctx.jobs, ctx.spec)
     first = np.array(
@@ -67,7 +69,7 @@ def on_same_gpus(view: ClusterView, job: int, placement: Placement) -> Placement
         mem = mem_left if last else int(req.memory_mib * len(gpus) / total)
         cpu_left -= cpu
         mem_left -= mem
-        out.append((node, gpus, cpu, mem))
+        out.append(NodeShare(node, gpus, cpu, mem))
     return tuple(out)
 
 

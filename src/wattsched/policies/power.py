@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core.capacity import empty_node_hosts, gang_gpus
 from ..core.states import BOOTING, OFF, ON
-from .contract import POWER_MANAGERS, Actions, ClusterView, PowerManager
+from .contract import POWER_MANAGERS, Actions, ClusterView, PowerManager, powered_free_gpus
 
 BOOT_LOOKAHEAD_JOBS = 64  # pending jobs considered when sizing boots
 
@@ -121,12 +121,6 @@ class _BootsOnDemand(PowerManager):
         )
 
 
-def powered_free_gpus(view: ClusterView) -> float:
-    """Free GPUs on nodes that are on, plus the GPUs of nodes booting."""
-    state = view.state
-    return float(state.free_gpus[state.available].sum()) + view.booting_gpus
-
-
 def keeping_headroom(view: ClusterView, nodes: list[int]) -> tuple[list[int], list[int]]:
     """Split idle nodes due to go off into those that may (largest rank first) and those the policy's
     ``keep_free_gpus`` headroom keeps on."""
@@ -140,29 +134,6 @@ def keeping_headroom(view: ClusterView, nodes: list[int]) -> tuple[list[int], li
         else:
             kept.append(node)
     return off, kept
-
-
-class BlockedWatch:
-    """When to call a manager's ``on_blocked`` and ``on_headroom_short`` at the end of a decision batch, for the
-    simulator's and the live backends' node power alike: re-plan boots only when work arrived or power states
-    changed (freed capacity or started jobs never call for more boots)."""
-
-    def __init__(self) -> None:
-        self._last_queue = 0
-        self._last_counts: tuple = ()
-
-    def batch_end(self, manager: PowerManager, view: ClusterView, actions: Actions, counts) -> None:
-        """`counts()`: nodes per power state now (called again after the manager acted)."""
-        queued = view.queue_length
-        if queued and counts()[OFF]:
-            now = tuple(counts())
-            if queued > self._last_queue or now != self._last_counts:
-                manager.on_blocked(view, actions)
-                self._last_counts = tuple(counts())
-        # Tracked on every batch: a queue that drained and refills must count as new work.
-        self._last_queue = queued
-        if view.keep_free_gpus > 0 and counts()[OFF] and powered_free_gpus(view) < view.keep_free_gpus:
-            manager.on_headroom_short(view, actions)
 
 
 def power_manager_from_config(name: str, config) -> PowerManager:

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.jobs import JobTable
+from ..core.requests import JobRequest
 from ..energy.binary import BinaryPowerModel
-from .base import PLACEMENT_POLICIES, JobRequest, PlacementPolicy
+from .base import PLACEMENT_POLICIES, PlacementPolicy
 from .fgd import FGD, sub_rows
 from .placement import min_max_normalise
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.settings import GpuSetting
 from ..energy import dvfs
-from ..energy.dvfs import GpuSetting
 
 
 class SettingRule:

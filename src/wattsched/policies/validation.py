@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.errors import WattschedError
 from ..core.gpus import gpu_model
-from ..energy.dvfs import DEFAULT_SETTING, GpuSetting
-from .base import Placement
+from ..core.placement import Placement
+from ..core.requests import RequestBook
+from ..core.settings import DEFAULT_SETTING, GpuSetting
 from .contract import CAPABILITY_TEXT, Capability, InvalidDecision, Target
-from .requests import RequestBook
 
 if TYPE_CHECKING:
     from ..perf.model import PerformanceModel

@@ -15,15 +15,9 @@ import numpy as np
 from ..core.errors import DataNotFoundError, InputError, UnknownNameError, WattschedError
 from ..core.jobs import JobTable
 from ..data.registry import locate
+from .generic_csv import read_generic_csv
 from .pollux import read_pollux_workload
-from .traces import (
-    read_alibaba_pods,
-    read_gavel,
-    read_generic_csv,
-    read_hyperdrive,
-    read_philly,
-    read_tiresias,
-)
+from .traces import read_alibaba_pods, read_gavel, read_hyperdrive, read_philly, read_tiresias
 from .validate import LoadedWorkload
 
 ALIBABA_LISTS = (

@@ -23,8 +23,8 @@ from ..core.cluster import ClusterSpec
 from ..core.errors import InputError, UnknownNameError
 from ..core.gpus import GPU_CATALOG, gpu_model
 from ..data.registry import is_available, locate
+from .reading import read_table, read_text_bytes, require_columns
 from .synthetic import default_cluster
-from .traces import read_table, read_text_bytes, require_columns
 from .validate import RowValidator, check_non_negative, is_missing, one_line
 
 ALIBABA_DATASET = "alibaba-gpu-v2023"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..core.errors import WattschedError
-from ..energy.dvfs import HKBU_1080TI_MEDIAN, HKBU_2070S_MEDIAN, HkbuParams
+from ..energy.hkbu import HKBU_1080TI_MEDIAN, HKBU_2070S_MEDIAN, HkbuParams
 
 # Fitted task models: the median model and the p10-p90 ranges of δ and p0 (docs/energy-models.md §5).
 HKBU_GPUS: dict[str, tuple[HkbuParams, tuple[float, float], tuple[float, float]]] = {

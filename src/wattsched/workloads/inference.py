@@ -24,7 +24,7 @@ import pandas as pd
 from ..core.errors import InputError, WattschedError
 from ..core.jobs import INFERENCE, JobTable
 from ..perf.queueing import SLO_KINDS, gpus_needed_per_rate
-from .traces import read_table, require_columns
+from .reading import read_table, require_columns
 from .validate import RowValidator
 
 FORWARD_SHARE_OF_TRAINING_STEP = 1.0 / 3.0  # reconstructed (module docstring)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.cluster import MILLI
 from ..perf.tables import elasticflow_tables
-from .traces import _finish, _text, read_table, require_columns
+from .reading import _finish, _text, read_table, require_columns
 from .validate import LoadedWorkload, RowValidator, check_gpu_request, check_non_negative, is_missing
 
 

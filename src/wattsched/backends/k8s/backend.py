@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from ...core.cluster import MILLI
-from ...energy.dvfs import GpuSetting
+from ...core.settings import GpuSetting
 from ...policies.contract import Capability
 from ..base import (
     JOB_FINISHED,

@@ -25,7 +25,9 @@ from ...core.capacity import can_ever_fit
 from ...core.cluster import MILLI, ClusterSpec, ClusterState
 from ...core.errors import WattschedError
 from ...core.jobs import JobTable
-from ...policies.base import JobRequest, Placement, PlacementPolicy, feasible_nodes
+from ...core.placement import NodeShare, Placement
+from ...core.requests import JobRequest
+from ...policies.base import PlacementPolicy, feasible_nodes
 from .objects import NodeInfo, PodRequest
 
 log = logging.getLogger("wattsched.k8s")
@@ -221,7 +223,11 @@ class K8sCluster:
             req = self.request(pod)
             if not self._fits_node(req, node):
                 return None
-            return ((node, self.policy.choose_gpus(self.state, req, node), req.cpu_milli, req.memory_mib),)
+            return (
+                NodeShare(
+                    node, self.policy.choose_gpus(self.state, req, node), req.cpu_milli, req.memory_mib
+                ),
+            )
 
     def _fits_node(self, req: JobRequest, node: int) -> bool:
         state = self.state
@@ -291,7 +297,7 @@ class K8sCluster:
         row = self.state.gpu_left[node]
         if any(g >= row.size or row[g] < pod.gpu_milli for g in gpu_index):
             return None
-        return ((node, tuple(gpu_index), pod.cpu_milli, pod.memory_mib),)
+        return (NodeShare(node, tuple(gpu_index), pod.cpu_milli, pod.memory_mib),)
 
 
 def extender_scores(raw: np.ndarray, best: int) -> np.ndarray:

@@ -24,7 +24,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...core.jobs import JobTable
-from ...policies.base import Placement, PlacementPolicy
+from ...core.placement import Placement
+from ...policies.base import PlacementPolicy
 from .cluster import K8sCluster
 from .informer import api_status
 from .objects import PodError, PodRequest

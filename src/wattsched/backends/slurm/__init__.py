@@ -1,1 +1,2 @@
-"""Live Slurm backend: the adapter and a local test Slurm (testbed.py)."""
+"""Live Slurm backend: the adapter (backend.py) and an in-memory front end (fake.py). The local test Slurm is test
+infrastructure, outside the package: tests/slurm_testbed.py."""

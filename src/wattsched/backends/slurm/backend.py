@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from ...energy.dvfs import GpuSetting
+from ...core.settings import GpuSetting
 from ...policies.contract import Capability
 from ..base import (
     JOB_FINISHED,

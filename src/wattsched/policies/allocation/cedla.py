@@ -26,8 +26,8 @@ import numpy as np
 from ...core.errors import WattschedError
 from ...core.gpus import gpu_model
 from ...core.jobs import TRAINING
+from ...core.settings import DEFAULT_SETTING
 from ...core.states import BOOTING, ON, STATUS_PENDING
-from ...energy.dvfs import DEFAULT_SETTING
 from ...energy.power_models import idle_node_draw_w
 from ..base import PLACEMENT_POLICIES
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, Capability, ClusterView, Decision

@@ -32,8 +32,8 @@ import numpy as np
 
 from ...core.cluster import MILLI
 from ...core.gpus import gpu_model
+from ...core.settings import DEFAULT_SETTING
 from ...core.states import STATUS_RUNNING
-from ...energy.dvfs import DEFAULT_SETTING
 from ...perf.colocation import EACO_GPUS, EACO_PAIRS
 from ..base import PLACEMENT_POLICIES
 from ..contract import (

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from ...core.cluster import MILLI, ClusterState
+from ...core.requests import JobRequest
 from ...core.states import STATUS_RUNNING
-from ..base import PLACEMENT_POLICIES, JobRequest, PlacementPolicy
+from ..base import PLACEMENT_POLICIES, PlacementPolicy
 from ..contract import (
     ALLOCATION_POLICIES,
     AllocationPolicy,

@@ -44,8 +44,10 @@ import numpy as np
 
 from ...core.cluster import MILLI, ClusterState
 from ...core.gpus import gpu_model
+from ...core.placement import Placement
+from ...core.requests import JobRequest
 from ...core.states import ON
-from ..base import JobRequest, Placement, PlacementPolicy
+from ..base import PlacementPolicy
 from ..contract import (
     ALLOCATION_POLICIES,
     AllocationPolicy,

@@ -31,7 +31,8 @@ import numpy as np
 
 from ...core.cluster import MILLI
 from ...core.gpus import gpu_model
-from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, dvfs_response, power_limit_range, sm_clock_range
+from ...core.settings import DEFAULT_SETTING, GpuSetting
+from ...energy.dvfs import dvfs_response, power_limit_range, sm_clock_range
 from ..contract import (
     ALLOCATION_POLICIES,
     AllocationPolicy,

@@ -24,8 +24,9 @@ import numpy as np
 from ...core.cluster import MILLI
 from ...core.errors import WattschedError
 from ...core.gpus import gpu_model
+from ...core.settings import DEFAULT_SETTING, GpuSetting
 from ...core.states import STATUS_PENDING
-from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, sm_clock_range
+from ...energy.dvfs import sm_clock_range
 from ..base import PLACEMENT_POLICIES
 from ..contract import (
     ALLOCATION_POLICIES,

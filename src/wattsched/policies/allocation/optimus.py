@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from ...core.settings import DEFAULT_SETTING
 from ...core.states import STATUS_RUNNING
-from ...energy.dvfs import DEFAULT_SETTING
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, Capability, ClusterView, Decision
 from ..planning import Consolidated, Plan, job_gpu_codes
 

@@ -23,6 +23,9 @@ of its greedy, and the reconstruction) and docs/powerflow.md (every rule chosen 
    any job starts, with the floor named.
 6. **Placement.** Buddy allocation with network packing (``policies/buddy.py``); a job that cannot be placed at its
    new size keeps its old placement.
+
+This file (~640 lines) stays whole: it is one policy, the steps above in the order the paper gives them, and the
+greedy search (``_Greedy``) that only this policy uses.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import numpy as np
 
 from ...core.errors import WattschedError
 from ...core.gpus import gpu_model
+from ...core.settings import DEFAULT_SETTING, GpuSetting
 from ...core.states import ON, STATUS_DONE, STATUS_DROPPED, STATUS_RUNNING, STATUS_UNSCHEDULABLE
-from ...energy.dvfs import DEFAULT_SETTING, GpuSetting, sm_clock_range
+from ...energy.dvfs import sm_clock_range
 from ..base import PLACEMENT_POLICIES
 from ..contract import (
     ALLOCATION_POLICIES,

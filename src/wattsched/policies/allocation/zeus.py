@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from ...core.gpus import gpu_model
+from ...core.settings import GpuSetting
 from ...core.states import STATUS_DONE
-from ...energy.dvfs import GpuSetting, power_limit_range
+from ...energy.dvfs import power_limit_range
 from ..contract import (
     ALLOCATION_POLICIES,
     AllocationPolicy,

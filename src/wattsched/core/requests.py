@@ -1,4 +1,6 @@
-"""Per-workload precomputation shared by both engine modes: GPU-model masks, gang flags, never-fits checks."""
+"""What jobs ask for: one job's :class:`JobRequest` as a placement policy sees it, and the per-workload
+:class:`RequestBook` (GPU-model masks, gang flags, never-fits checks) that the simulator's two modes, the live
+mirror and the policies' planning helpers build requests from."""
 
 from __future__ import annotations
 
@@ -6,10 +8,34 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.capacity import can_ever_fit
-from ..core.cluster import MILLI, ClusterSpec
-from ..core.jobs import JobTable, spec_masks
-from .base import JobRequest
+from .capacity import can_ever_fit
+from .cluster import MILLI, ClusterSpec
+from .jobs import JobTable, spec_masks
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What one job asks for, as a placement policy sees it."""
+
+    index: int
+    num_gpu: int
+    gpu_milli: int  # per GPU; 1000 whole, <1000 shared pod on one GPU, 0 CPU-only
+    cpu_milli: int
+    memory_mib: int
+    node_mask: np.ndarray  # bool [N]: nodes whose GPU model the job accepts
+    gang: bool  # needs more GPUs than any single eligible node has: spread over several nodes
+    mask_id: int = -1  # identifies node_mask (equal ids, equal masks); -1 for a job without GPUs
+    per_node: int = (
+        0  # a gang's GPUs on each of its nodes when fixed (a Slurm job of N nodes x G GPUs); 0: any split
+    )
+
+    @property
+    def is_share(self) -> bool:
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli
 
 
 @dataclass

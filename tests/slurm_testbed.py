@@ -1,5 +1,8 @@
 """A real Slurm on one host for tests: munge, slurmctld and N slurmd with fake GPUs (docs/live-slurm.md §2).
 
+Test infrastructure, not part of the installed package (it was ``wattsched.backends.slurm.testbed``): run it from
+the repository root, where ``tests`` is importable.
+
 Everything (configuration, state, logs, sockets, fake ``/dev/nvidiaN`` devices, power-saving scripts) lives under
 one base directory, and every port is picked free at start, so two testbeds and a system Slurm do not clash.
 Processes are stopped by PID only: the ones started here, the ones named in the testbed's pid files, and any
@@ -12,8 +15,8 @@ program). Needs root (slurmd as SlurmdUser, ``mknod``, munged as the munge user)
 
 Command line for a person::
 
-    python -m wattsched.backends.slurm.testbed start DIR   # prints `export SLURM_CONF=...`, leaves it running
-    python -m wattsched.backends.slurm.testbed stop DIR
+    python -m tests.slurm_testbed start DIR   # prints `export SLURM_CONF=...`, leaves it running
+    python -m tests.slurm_testbed stop DIR
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import WattschedError
+import wattsched
+from wattsched.core.errors import WattschedError
 
 MARKER = "WATTSCHED_SLURM_TESTBED"  # set in every testbed process's environment; its value is the base dir
 BINARIES = ("slurmctld", "slurmd", "munged", "sinfo", "sbatch", "scontrol", "squeue", "scancel", "setsid")
@@ -618,7 +622,9 @@ class LocalSlurm:
             "python": sys.executable,
             "python_sh": shlex.quote(sys.executable),
             "agent_socket": shlex.quote(str(base / AGENT_SOCKET_FILE)),
-            "pythonpath": shlex.quote(str(Path(__file__).resolve().parents[3])),  # src/ of this wattsched
+            "pythonpath": shlex.quote(
+                str(Path(wattsched.__file__).resolve().parents[1])
+            ),  # this wattsched's src/
             "agent_log": shlex.quote(str(base / "log" / "agent-job.log")),
             "path": shlex.quote(f"{Path(self._bins['scontrol']).parent}:/usr/sbin:/usr/bin:/sbin:/bin"),
         }
@@ -648,7 +654,7 @@ class LocalSlurm:
         # SuspendTime=NONE would also refuse `scontrol update state=power_down` in 22.05: "never" is a year.
         suspend = str(NEVER_S if self.suspend_time is None else int(self.suspend_time))
         lines = [
-            "# Written by wattsched.backends.slurm.testbed: a local test Slurm (docs/live-slurm.md §2).",
+            "# Written by tests/slurm_testbed.py: a local test Slurm (docs/live-slurm.md §2).",
             "ClusterName=wattsched-test",
             "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={self.ctld_port}",
@@ -813,9 +819,7 @@ def _supervise(slurm: LocalSlurm) -> int:
         try:
             slurm.start()
             slurm.write_manifest(supervisor=os.getpid())
-            lines = [
-                f"supervisor pid {os.getpid()} (stop: python -m wattsched.backends.slurm.testbed stop DIR)"
-            ]
+            lines = [f"supervisor pid {os.getpid()} (stop: python -m tests.slurm_testbed stop DIR)"]
             lines += [f"{name} pid {proc.pid}" for name, proc in slurm._procs.items()]
             lines += [
                 f"manifest: {slurm.base / MANIFEST}",
@@ -879,7 +883,7 @@ def _is_supervisor(pid: int, base: Path) -> bool:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m wattsched.backends.slurm.testbed",
+        prog="python -m tests.slurm_testbed",
         description="Start or stop a local test Slurm (munge, slurmctld, slurmd with fake GPUs) in DIR.",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
