@@ -177,7 +177,7 @@ def run_task(setup: Setup, policy: str, region: str) -> RunRecord:
 
 def check_regions(regions: Sequence[str], year: int) -> list[str]:
     """Every region must be one of the experiment's and have prices and carbon for `year` (errors list them)."""
-    from ..energy.signals import carbon_catalog, check_region_year, price_catalog
+    from ..energy.signals.catalog import carbon_catalog, check_region_year, price_catalog
 
     for r in regions:
         if r not in REGIONS:

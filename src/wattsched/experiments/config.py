@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..core.errors import InputError
 from ..engine.power import PowerStateConfig
+from ..workloads.reading import read_text_bytes
 from ..workloads.synthetic import SyntheticConfig
-from ..workloads.traces import read_text_bytes
 from ..workloads.validate import one_line
 
 

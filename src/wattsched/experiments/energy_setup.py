@@ -74,12 +74,15 @@ class EnergySetup:
 
 def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[str]):
     """The run's price and carbon series (None where not configured), aligned to `trace_start`."""
-    from ..energy import signals
+    from ..energy.signals.alignment import AlignedSignal, align
+    from ..energy.signals.catalog import price_catalog
+    from ..energy.signals.clean import load_carbon, load_price
+    from ..energy.signals.csv_files import load_csv_signal
 
     kw: dict[str, Any] = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
     fill: dict[str, Any] = {"max_gap_hours": cfg.signal_max_gap_hours, "fill": cfg.signal_fill}
     if cfg.price_csv or cfg.carbon_csv:  # the user's own market, CSV by CSV; a region fills in neither
-        out: list[signals.AlignedSignal | None] = []
+        out: list[AlignedSignal | None] = []
         for kind, path in (("price", cfg.price_csv), ("carbon", cfg.carbon_csv)):
             if path is None:
                 notes.append(
@@ -87,23 +90,21 @@ def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: lis
                 )
                 out.append(None)
                 continue
-            signal = signals.load_csv_signal(
-                path, kind, cfg.year, cfg.signal_tz, carbon=cfg.carbon_kind, **fill
-            )
+            signal = load_csv_signal(path, kind, cfg.year, cfg.signal_tz, carbon=cfg.carbon_kind, **fill)
             notes.extend(f"--{kind}-csv {Path(path).name}: {note}" for note in signal.report["notes"])
-            out.append(signals.align(signal, trace_start, **kw))
+            out.append(align(signal, trace_start, **kw))
         return out[0], out[1]
     if cfg.region is None:
         notes.append("no --region given: cost_usd and co2_kg are not computed")
         return None, None
     price = carbon = None
-    if cfg.region in signals.price_catalog():
-        price_signal = signals.load_price(cfg.region, cfg.year, cfg.data_dir, to_usd=True, **fill)
-        price = signals.align(price_signal, trace_start, **kw)
+    if cfg.region in price_catalog():
+        price_signal = load_price(cfg.region, cfg.year, cfg.data_dir, to_usd=True, **fill)
+        price = align(price_signal, trace_start, **kw)
     else:
         notes.append(f"no electricity price series for {cfg.region}: cost_usd is not computed")
-    carbon_signal = signals.load_carbon(cfg.region, cfg.year, cfg.data_dir, kind=cfg.carbon_kind, **fill)
-    carbon = signals.align(carbon_signal, trace_start, **kw)
+    carbon_signal = load_carbon(cfg.region, cfg.year, cfg.data_dir, kind=cfg.carbon_kind, **fill)
+    carbon = align(carbon_signal, trace_start, **kw)
     return price, carbon
 
 

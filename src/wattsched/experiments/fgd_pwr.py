@@ -30,10 +30,10 @@ from ..core.atomic import write_text, write_with
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.jobs import JobTable
+from ..core.placement import Placement
 from ..energy.binary import BinaryPowerModel
 from ..engine.packing import PackingObserver, run_packing
 from ..policies import PLACEMENT_POLICIES
-from ..policies.base import Placement
 from ..policies.fgd import FragModel, typical_pods
 from .parallel import FIRST_SEED, Execution, GridRun, ProgressFn, grid_done, run_tasks
 

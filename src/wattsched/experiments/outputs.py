@@ -14,7 +14,7 @@ import yaml
 
 from ..core.atomic import write_json, write_text, write_with
 from ..core.cluster import ClusterSpec
-from ..policies.base import Placement
+from ..core.placement import Placement
 
 
 def stats(values: np.ndarray) -> dict[str, float | None]:

@@ -149,7 +149,6 @@ def plots_available() -> bool:
         return False
 
 
-
 def _svg(fig, key: str) -> str:
     """A figure as inline SVG: text kept as text, ids salted per figure (the SVGs share one document), no XML
     prolog, DOCTYPE or metadata block; the figure is closed."""

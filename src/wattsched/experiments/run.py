@@ -20,16 +20,14 @@ from ..engine.meter import PowerMeter
 from ..engine.packing import run_packing
 from ..engine.recorder import TimeSeriesRecorder
 from ..engine.temporal import Simulator
-from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
-from ..policies.adapters import QueuePlacementScheduler, RoundScheduler, policy_info
-from ..policies.contract import ALLOCATION_POLICIES, Scheduler
+from ..policies import PLACEMENT_POLICIES
+from ..policies.adapters import policy_info
+from ..policies.build import DEFAULT_ROUND_S, build_scheduler  # noqa: F401 (importable from here)
 from .config import SimulationConfig
 from .energy_setup import build_energy
 from .jobmodel import input_files
 from .outputs import placement_strings, stats, write_run_dir
 from .parallel import ProgressFn
-
-DEFAULT_ROUND_S = 300.0  # allocation round when neither the flag nor the policy sets one
 
 
 @dataclass
@@ -202,20 +200,6 @@ def _job_columns(jobs: JobTable) -> dict[str, Any]:
     if not np.isnan(jobs.request_rate_rps).all():
         columns["request_rate_rps"] = jobs.request_rate_rps
     return columns
-
-
-def build_scheduler(cfg: SimulationConfig, setting_rule) -> Scheduler:
-    """The run's scheduler: an allocation policy in rounds, or a queue + placement pair."""
-    if cfg.allocation is not None:
-        policy = ALLOCATION_POLICIES.create(cfg.allocation)
-        round_s = cfg.round_s or policy.default_round_s or DEFAULT_ROUND_S
-        params = {
-            "energy_budget_kwh": cfg.energy_budget_kwh, "energy_budget_until_s": cfg.energy_budget_until_s,
-            "round_s": round_s, "power_manager": cfg.power_manager,
-        }  # fmt: skip
-        return RoundScheduler(policy, round_s, cfg.round_on_events, cfg.round_on_events, setting_rule, params)
-    queue = QUEUE_POLICIES.create(cfg.queue)
-    return QueuePlacementScheduler(queue, PLACEMENT_POLICIES.create(cfg.placement), setting_rule)
 
 
 def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, scheduler, rng):

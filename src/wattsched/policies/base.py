@@ -21,9 +21,6 @@ import numpy as np
 from ..core.capacity import gang_gpus
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.jobs import JobTable
-
-# Placement is also re-exported from here for experiments/outputs.py and experiments/fgd_pwr.py, which import it
-# from policies.base (they may switch to core.placement; then this comment goes).
 from ..core.placement import NodeShare, Placement
 from ..core.registry import Registry
 from ..core.requests import JobRequest

@@ -23,8 +23,6 @@ from ..core.cluster import MILLI
 from ..core.errors import InputError
 from ..perf.catalog import normalise as normalise_model
 from ..perf.tables import gavel_tables, parse_gavel_type
-
-# read_text_bytes is also imported from here by experiments/config.py (it may import it from .reading instead).
 from .reading import _WHITESPACE, _finish, _ids, _text, read_table, read_text_bytes, require_columns
 from .validate import (
     INT64_LIMIT,

@@ -6,22 +6,3 @@
 * ``alignment.py``: trace time onto grid time, and the exact integrals of an :class:`~.alignment.AlignedSignal`;
 * ``csv_files.py``: a user's own hourly price or carbon CSV (``--price-csv``, ``--carbon-csv``).
 """
-
-# Re-exported for experiments/energy_setup.py and experiments/cedla.py, which use these through
-# `wattsched.energy.signals` (they may import the submodules instead; then these lines go). Everything else imports
-# the submodules.
-from .alignment import AlignedSignal, align
-from .catalog import carbon_catalog, check_region_year, price_catalog
-from .clean import load_carbon, load_price
-from .csv_files import load_csv_signal
-
-__all__ = [
-    "AlignedSignal",
-    "align",
-    "carbon_catalog",
-    "check_region_year",
-    "load_carbon",
-    "load_csv_signal",
-    "load_price",
-    "price_catalog",
-]
