@@ -1,5 +1,5 @@
 """A job's GPU setting from the live scheduler to the node agent: the job comment, the prolog command and the agent
-calls (issue 12; docs/agent.md §7)."""
+calls (docs/agent.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HKBU-DVFS list scheduling (issue 11, part 1): clocks, deadlines, new nodes, DRS accounting."""
+"""HKBU-DVFS list scheduling: clocks, deadlines, new nodes, DRS accounting."""
 
 from __future__ import annotations
 

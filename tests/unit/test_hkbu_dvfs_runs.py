@@ -1,4 +1,4 @@
-"""HKBU-DVFS in `wattsched simulate` (the allocation policy) and `wattsched experiment hkbu-dvfs` (issue 11)."""
+"""HKBU-DVFS in `wattsched simulate` (the allocation policy) and `wattsched experiment hkbu-dvfs`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The live backend contract on the in-memory Slurm front end: parsing, the mirror, batching, failures, restarts and
-the sim-to-live check (issue 12). The same flows on a real Slurm are in tests/live/."""
+the sim-to-live check. The same flows on a real Slurm are in tests/live/."""
 
 from __future__ import annotations
 

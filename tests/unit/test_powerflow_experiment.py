@@ -1,4 +1,4 @@
-"""The powerflow experiment (issue 8 item 3): equal-energy runs, sweeps, outputs and the CLI, on the tiny Pollux
+"""The powerflow experiment: equal-energy runs, sweeps, outputs and the CLI, on the tiny Pollux
 fixture (tests/fixtures/perfdata: 6 jobs, T4 tables, n16g4)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The issue's acceptance commands on the real traces (skipped when WATTSCHED_DATA is not set)."""
+"""The reproduction commands on the real traces (skipped when WATTSCHED_DATA is not set)."""
 
 import json
 
@@ -49,7 +49,7 @@ def test_alibaba_default_packing_best_fit(tmp_path):
 
 
 def test_eaco_on_the_gavel_msr_traces_without_noise_never_undoes(tmp_path):
-    """Issue 9: `simulate --allocation eaco` on a Gavel trace (model names in the trace), and with prediction
+    """EaCO: `simulate --allocation eaco` on a Gavel trace (model names in the trace), and with prediction
     noise 0 every observed epoch confirms its prediction."""
     require_real_file("gavel-traces", "simulation_throughputs.json")
     out = tmp_path / "e"
@@ -79,7 +79,7 @@ def test_eaco_runs_on_a_trace_without_model_names_through_the_assignment_rule(tm
 
 
 def test_cedla_experiment_and_simulate_on_philly(tmp_path):
-    """Issue 10: `experiment cedla` writes results, summary and plots (first 400 training jobs, one region), and
+    """CE-DLA: `experiment cedla` writes results, summary and plots (first 400 training jobs, one region), and
     `simulate --allocation cedla --region DE-LU` runs; a region or year without data lists those that exist."""
     require_real_file("philly-pollux", "philly.csv")
     out = tmp_path / "ce"
@@ -123,7 +123,7 @@ def test_cedla_experiment_and_simulate_on_philly(tmp_path):
 
 
 def test_cedla_experiment_on_your_own_market_and_the_gap_rules(tmp_path):
-    """Issue 10: `--price-csv` replaces the region (results name the file); a region year with a long gap stops
+    """CE-DLA: `--price-csv` replaces the region (results name the file); a region year with a long gap stops
     with the gap and the flag that fills it, and runs with `--signal-fill`."""
     require_real_file("philly-pollux", "philly.csv")
     from datetime import datetime, timedelta
@@ -153,7 +153,7 @@ def test_cedla_experiment_on_your_own_market_and_the_gap_rules(tmp_path):
 
 @pytest.mark.parametrize("policy", ["hkbu-dvfs", "hkbu-dag", "hkbu-online-pd"])
 def test_hkbu_policies_on_the_tiresias_480_job_trace(tmp_path, policy):
-    """Issue 11: each HKBU policy runs in `simulate` on a Tiresias trace with deadlines from a slack factor."""
+    """HKBU: each HKBU policy runs in `simulate` on a Tiresias trace with deadlines from a slack factor."""
     require_real_file("tiresias-traces", "480_job_trace.csv")
     out = tmp_path / "t"
     args = ["simulate", "--workload", "tiresias/480_job_trace", "--cluster", "n32g4", "--allocation", policy,
