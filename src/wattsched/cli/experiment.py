@@ -1,4 +1,8 @@
-"""`wattsched experiment ...`: reproduction experiments that run a grid of policies x seeds."""
+"""`wattsched experiment ...`: reproduction experiments that run a grid of policies x seeds.
+
+Still one file (~610 lines): the seven hand-written commands of the experiments written before the protocol;
+each goes as its experiment moves onto ``experiments/protocol.py`` (whose commands are generated here).
+"""
 
 from __future__ import annotations
 

@@ -11,6 +11,9 @@ Run directories compared with one another are charged over one common window (``
 energy, cost and carbon columns hold the common-window figures, ``own_window_kwh`` the run's own, and
 ``frame.attrs["window"]`` names the window. An experiment's rows are as the experiment reports them (each
 experiment charges its compared runs over their common window itself).
+
+Still one file (~670 lines): the table of ``EXPERIMENT_TABLES`` (one entry per experiment written before the
+experiment protocol) shrinks as each moves onto ``experiments/protocol.py``, whose ``records.csv`` needs none.
 """
 
 from __future__ import annotations

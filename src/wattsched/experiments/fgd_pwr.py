@@ -11,6 +11,9 @@ scripts do it (§6):
   (first row kept for repeated x), then averaged over seeds; GRAR = mean used / mean arrived.
 
 Outputs in DIR: ``curves.csv`` (integer arrived %), ``grid.csv`` (the 0.005 grid), ``summary.md`` and PNG plots.
+
+Still one file (~780 lines): the packing experiment (grid, curves, tables, summary, plots) as it was written
+before the experiment protocol (``experiments/protocol.py``), onto which it is still to move.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ Runs go to a process pool; a PowerFlow run is submitted as soon as the baseline 
 
 Outputs in DIR: ``results.csv`` (one row per baseline and seed), ``sweep.csv`` (the JCT-vs-energy points),
 ``runs.csv`` (every run), ``summary.md`` and PNG plots.
+
+Still one file (~1,300 lines): the whole experiment (its runs, equal-energy grid, tables, summary and plots) as it
+was written before the experiment protocol (``experiments/protocol.py``); moving it onto the protocol takes the
+executor, the summary renderer and the table mapping out of it, and splits what stays (grid, tables, plots).
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ allows: cluster power with the price and carbon series on second axes, nodes on 
 and queue length, JCT distributions (CDF), energy against mean JCT (the trade-off frontier) and, for FGD/PWR
 packing experiments, their curves. Long series are thinned so the file stays small. Pure: directories in, text
 out (the CLI writes it).
+
+Still one file (~770 lines): the one HTML page, section by section (tables, assumptions, plots); its sections
+share the page's escaping and styles. The per-experiment readers it needs shrink as experiments move onto the
+protocol (``experiments/protocol.py``).
 """
 
 from __future__ import annotations
