@@ -35,6 +35,7 @@ from .config import SimulationConfig
 from .grid import (
     ExperimentResult,
     check_policy_names,
+    plots_if_available,
     require_times,
     save_figure,
     thinned,
@@ -255,7 +256,7 @@ def run_experiment(
     summary["window"] = window
     summary["backend"] = execution.backend
     if plots:
-        summary["plots"] = write_plots(out, records)
+        summary["plots"] = plots_if_available(write_plots, out, records)
     summary["wall_s"] = time.perf_counter() - started
     write_text(out / "summary.md", render_summary(summary))
     grid_done(out)

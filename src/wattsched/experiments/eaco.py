@@ -28,6 +28,7 @@ from .grid import (
     ExperimentResult,
     check_policy_names,
     machine_description,
+    plots_if_available,
     require_times,
     save_figure,
     thinned,
@@ -230,7 +231,7 @@ def run_experiment(
     summary["notes"].append(window)
     summary["backend"] = execution.backend
     if plots:
-        summary["plots"] = write_plots(out, records, summary)
+        summary["plots"] = plots_if_available(write_plots, out, records, summary)
     summary["wall_s"] = time.perf_counter() - started
     write_text(out / "summary.md", render_summary(summary))
     grid_done(out)

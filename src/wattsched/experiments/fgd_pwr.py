@@ -38,6 +38,7 @@ from ..energy.binary import BinaryPowerModel
 from ..engine.packing import PackingObserver, run_packing
 from ..policies import PLACEMENT_POLICIES
 from ..policies.fgd import FragModel, typical_pods
+from .grid import plots_if_available
 from .parallel import FIRST_SEED, Execution, GridRun, ProgressFn, grid_done, run_tasks
 
 DEFAULT_POLICIES = (
@@ -334,7 +335,7 @@ def run_experiment(
     summary = summarise(inputs, runs, names, seed_list, inflate, workers, wall)
     summary["backend"] = execution.backend
     if plots:
-        summary["plots"] = write_plots(out, inputs.label, curves, grid, names)
+        summary["plots"] = plots_if_available(write_plots, out, inputs.label, curves, grid, names)
     write_text(out / "summary.md", render_summary(summary))
     grid_done(out)
     return ExperimentResult(out, curves, grid, summary, runs)

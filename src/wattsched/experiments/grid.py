@@ -3,9 +3,10 @@ the thinning of time series for plots."""
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,14 @@ def thinned(size: int, points: int) -> np.ndarray:
     if size <= 0:
         return np.zeros(0, dtype=np.int64)
     return np.unique(np.linspace(0, size - 1, points).astype(np.int64))
+
+
+def plots_if_available(write: Callable[..., Any], *args: Any) -> Any:
+    """An experiment's figures, or none (an empty list) where matplotlib, the ``[plots]`` extra, is not installed:
+    the tables and the summary stand without them; the skip is logged in one line."""
+    from .report import PLOTS_SKIPPED, plots_available
+
+    if not plots_available():
+        logging.getLogger("wattsched").warning(PLOTS_SKIPPED)
+        return []
+    return write(*args)

@@ -35,7 +35,7 @@ from ..policies.hkbu_dag import (
     simulate_dag,
 )
 from ..workloads.hkbu_dag import GENERATORS, UPSTREAM_JOBS, generate
-from .grid import ExperimentResult, machine_description, save_figure, write_results
+from .grid import ExperimentResult, machine_description, plots_if_available, save_figure, write_results
 from .parallel import FIRST_SEED, Execution, ProgressFn, grid_done, run_tasks
 
 AWARE = "adadual"
@@ -193,7 +193,7 @@ def run_experiment(
     summary = summarise(setup, records, results, workers, grid_wall, seed_list)
     summary["backend"] = execution.backend
     if plots:
-        summary["plots"] = write_plots(out, records, summary)
+        summary["plots"] = plots_if_available(write_plots, out, records, summary)
     summary["wall_s"] = time.perf_counter() - started
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", render_summary(summary))

@@ -33,7 +33,7 @@ from ..policies.hkbu_dvfs import OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ListConf
 from ..workloads.catalog import missing_data
 from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
 from .config import SimulationConfig
-from .grid import ExperimentResult, save_figure, write_csv
+from .grid import ExperimentResult, plots_if_available, save_figure, write_csv
 from .jobmodel import require_one_job_model
 from .parallel import FIRST_SEED, Execution, ProgressFn, grid_done, run_tasks
 from .window import rebase_rows, window_input
@@ -564,7 +564,7 @@ def run_experiment(
         }
     else:
         summary["trace"] = {"skipped": trace_skipped}
-    summary["plots"] = write_plots(out, results, savings)
+    summary["plots"] = plots_if_available(write_plots, out, results, savings)
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", render_summary(summary, savings))
     grid_done(out)

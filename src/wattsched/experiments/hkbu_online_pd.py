@@ -33,7 +33,7 @@ from ..policies.hkbu_online_pd import (
     solve_offline,
     worst_order,
 )
-from .grid import ExperimentResult, machine_description, save_figure, write_csv
+from .grid import ExperimentResult, machine_description, plots_if_available, save_figure, write_csv
 from .jobmodel import require_one_job_model
 from .parallel import Execution, ProgressFn, grid_done, run_tasks
 from .window import rebase_rows, window_input
@@ -249,7 +249,7 @@ def run_experiment(
     summary = summarise(ratios, philly_rows, eta, setup if names else None, notes, workers_used)
     summary["backend"] = execution.backend
     if plots:
-        summary["plots"] = write_plots(out, ratios, summary)
+        summary["plots"] = plots_if_available(write_plots, out, ratios, summary)
     summary["wall_s"] = time.perf_counter() - started
     write_json(out / "summary.json", _finite(summary))
     write_text(out / "summary.md", render_summary(summary))

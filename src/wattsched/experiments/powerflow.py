@@ -44,7 +44,7 @@ import pandas as pd
 from ..core.atomic import write_text, write_with
 from ..core.errors import UnknownNameError, WattschedError
 from .config import SimulationConfig
-from .grid import parse_list
+from .grid import parse_list, plots_if_available
 from .jobmodel import require_one_job_model
 from .parallel import FIRST_SEED, Execution, GridRun, ProgressFn, grid_done, grid_executor
 from .window import rebase, window_input
@@ -548,7 +548,7 @@ def run_experiment(
     summary["window"] = window
     summary["refused"] = [(r.task.seed, r.task.budget_kwh, r.refused) for r in refused]
     if plots:
-        summary["plots"] = write_plots(out, summary, results, sweep)
+        summary["plots"] = plots_if_available(write_plots, out, summary, results, sweep)
     summary["wall_s"] = time.perf_counter() - started  # checks, runs, tables and plots
     write_text(out / "summary.md", render_summary(summary))
     grid_done(out)
