@@ -45,7 +45,7 @@ from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.gpus import GPU_CATALOG
 from ..core.jobs import JobTable
-from ..core.placement import NodeShare, Placement
+from ..core.placement import NodeShare, Placement, gpu_set
 from ..core.requests import RequestBook
 from ..core.settings import DEFAULT_SETTING
 from ..core.states import (
@@ -570,21 +570,21 @@ class LiveCluster:
         switches = len({int(self.spec.switch_id[n]) for n, *_ in placement}) if len(placement) > 1 else 1
         rate = self.perf.solo_rate(job, code, ngpu, len(placement) or 1, switches, target.setting)
         if target.share_milli < MILLI:
-            others = [
-                [k for k in self.targets if k != job and any(
-                    n == node and g in gpus for n, gpus, _, _ in self.targets[k].placement
-                )]
-                for node, gpus_, _, _ in placement for g in gpus_
-            ]  # fmt: skip
+            others = [[k for k in on_gpu if k != job] for on_gpu in self._residents(placement)]
             rate *= self.perf.shared_factor(job, code, others)
         return float(rate)
 
+    def _residents(self, placement: Placement) -> list[list[int]]:
+        """The jobs that hold each GPU of `placement` (in its order) on a share of it."""
+        on_gpu: dict[tuple[int, int], list[int]] = {pair: [] for pair in gpu_set(placement)}
+        for k, t in self.targets.items():
+            if t.share_milli < MILLI:
+                for pair in gpu_set(t.placement) & on_gpu.keys():
+                    on_gpu[pair].append(k)
+        return [on_gpu[(node, g)] for node, gpus, _, _ in placement for g in gpus]
+
     def _sharers(self, placement: Placement) -> set[int]:
-        mine = {(n, g) for n, gpus, _, _ in placement for g in gpus}
-        return {
-            k for k, t in self.targets.items() if t.share_milli < MILLI
-            and any((n, g) in mine for n, gpus, _, _ in t.placement for g in gpus)
-        }  # fmt: skip
+        return {k for on_gpu in self._residents(placement) for k in on_gpu}
 
     def _settle(self, job: int) -> None:
         """Fold the progress made since `rate_since` into `progress`."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.cluster import ClusterSpec, ClusterState
 from ..core.jobs import JobTable
-from ..core.placement import Placement
+from ..core.placement import Placement, gpu_set
 from ..core.requests import JobRequest
 from ..core.states import PHASE_RUNNING, STATUS_PENDING
 from ..policies.contract import Capability, ChangeSet, Target
@@ -159,7 +159,7 @@ class LiveView:
         if math.isnan(c.start_s[job]):
             return 0.0
         last = c.last_placement.get(job)
-        same = last is not None and _gpu_set(last) == _gpu_set(target.placement)
+        same = last is not None and gpu_set(last) == gpu_set(target.placement)
         return float(c.perf.restart_delay_s(job, target.num_gpus, same))
 
     def running_release_profile(self) -> tuple[np.ndarray, np.ndarray]:
@@ -222,7 +222,3 @@ class LiveView:
     def booting_gpus(self) -> float:
         power = self._c.power
         return power.booting_gpus if power is not None else 0.0
-
-
-def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
-    return frozenset((node, g) for node, gpus, _, _ in placement for g in gpus)

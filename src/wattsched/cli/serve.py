@@ -23,12 +23,13 @@ def _live_signals(region: str | None, year: int, price_csv: str | None, carbon_c
     from datetime import UTC, datetime
 
     from ..experiments.config import SimulationConfig
-    from ..experiments.energy_setup import grid_signals
+    from ..experiments.energy_setup import align_grid_signals, load_grid_signals
 
     cfg = SimulationConfig(region=region, year=year, price_csv=price_csv, carbon_csv=carbon_csv)
+    loaded = load_grid_signals(cfg, [])  # read once, checked before the service starts
 
     def aligned(origin_s: float):
-        return tuple(grid_signals(cfg, datetime.fromtimestamp(origin_s, UTC), []))
+        return align_grid_signals(cfg, loaded, datetime.fromtimestamp(origin_s, UTC))
 
     return aligned
 

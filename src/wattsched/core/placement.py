@@ -25,3 +25,8 @@ class NodeShare(NamedTuple):
 
 
 Placement = tuple[NodeShare, ...]
+
+
+def gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
+    """The (node, GPU) pairs a placement holds: two placements hold the same GPUs when these are equal."""
+    return frozenset((node, g) for node, gpus, _, _ in placement for g in gpus)

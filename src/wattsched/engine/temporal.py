@@ -31,7 +31,7 @@ from sortedcontainers import SortedList
 from ..core.cluster import MILLI, ClusterSpec, ClusterState
 from ..core.errors import WattschedError
 from ..core.jobs import JobTable
-from ..core.placement import Placement
+from ..core.placement import Placement, gpu_set
 from ..core.requests import RequestBook
 from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import (
@@ -116,10 +116,6 @@ def sim_capabilities(power: object, meter: object, price: object, carbon: object
         Capability.KNOWS_CARBON: carbon is None,
     }
     return ALL_CAPABILITIES - {cap for cap, lacks in lacking.items() if lacks}
-
-
-def _gpu_set(placement: Placement) -> frozenset[tuple[int, int]]:
-    return frozenset((node, g) for node, gpus, _, _ in placement for g in gpus)
 
 
 def _implementing(observers: list[Observer], hook: str) -> list[Callable[..., None]]:
@@ -731,7 +727,7 @@ class Simulator:
 
     def same_gpus_as_last(self, job: int, placement: Placement) -> bool:
         last = int(self.last_alloc[job])
-        return last != NO_ALLOC and _gpu_set(self.log.placements[last]) == _gpu_set(placement)
+        return last != NO_ALLOC and gpu_set(self.log.placements[last]) == gpu_set(placement)
 
     def _begin_restart(self, job: int, target: Target) -> None:
         same = self.same_gpus_as_last(job, target.placement)
@@ -807,7 +803,7 @@ class Simulator:
             touched |= self._sharers_of(placement)
         for job, target in targets.items():
             previous = self.log.placements[int(self.last_alloc[job])]
-            in_place = was_running[job] and _gpu_set(target.placement) == _gpu_set(previous)
+            in_place = was_running[job] and gpu_set(target.placement) == gpu_set(previous)
             self._take(job, target)
             if in_place:
                 self._begin_running(job)  # same GPUs, only the share or CPU changed: it keeps running

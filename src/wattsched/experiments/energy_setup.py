@@ -72,17 +72,16 @@ class EnergySetup:
                 self.ledger.model.measured_held_w[gpu] = held
 
 
-def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[str]):
-    """The run's price and carbon series (None where not configured), aligned to `trace_start`."""
-    from ..energy.signals.alignment import AlignedSignal, align
+def load_grid_signals(cfg: SimulationConfig, notes: list[str]) -> tuple[Any, Any]:
+    """The run's price and carbon series as read and cleaned (None where not configured), not yet aligned: a
+    caller that aligns them to several starts (a live service) reads the files once."""
     from ..energy.signals.catalog import price_catalog
     from ..energy.signals.clean import load_carbon, load_price
     from ..energy.signals.csv_files import load_csv_signal
 
-    kw: dict[str, Any] = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
     fill: dict[str, Any] = {"max_gap_hours": cfg.signal_max_gap_hours, "fill": cfg.signal_fill}
     if cfg.price_csv or cfg.carbon_csv:  # the user's own market, CSV by CSV; a region fills in neither
-        out: list[AlignedSignal | None] = []
+        out: list[Any] = []
         for kind, path in (("price", cfg.price_csv), ("carbon", cfg.carbon_csv)):
             if path is None:
                 notes.append(
@@ -92,20 +91,37 @@ def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: lis
                 continue
             signal = load_csv_signal(path, kind, cfg.year, cfg.signal_tz, carbon=cfg.carbon_kind, **fill)
             notes.extend(f"--{kind}-csv {Path(path).name}: {note}" for note in signal.report["notes"])
-            out.append(align(signal, trace_start, **kw))
+            out.append(signal)
         return out[0], out[1]
     if cfg.region is None:
         notes.append("no --region given: cost_usd and co2_kg are not computed")
         return None, None
-    price = carbon = None
+    price = None
     if cfg.region in price_catalog():
-        price_signal = load_price(cfg.region, cfg.year, cfg.data_dir, to_usd=True, **fill)
-        price = align(price_signal, trace_start, **kw)
+        price = load_price(cfg.region, cfg.year, cfg.data_dir, to_usd=True, **fill)
     else:
         notes.append(f"no electricity price series for {cfg.region}: cost_usd is not computed")
-    carbon_signal = load_carbon(cfg.region, cfg.year, cfg.data_dir, kind=cfg.carbon_kind, **fill)
-    carbon = align(carbon_signal, trace_start, **kw)
+    carbon = load_carbon(cfg.region, cfg.year, cfg.data_dir, kind=cfg.carbon_kind, **fill)
     return price, carbon
+
+
+def align_grid_signals(
+    cfg: SimulationConfig, loaded: tuple[Any, Any], trace_start: datetime | None
+) -> tuple[Any, Any]:
+    """:func:`load_grid_signals`' series aligned to `trace_start` by the run's rule."""
+    from ..energy.signals.alignment import align
+
+    kw: dict[str, Any] = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
+    price, carbon = loaded
+    return (
+        None if price is None else align(price, trace_start, **kw),
+        None if carbon is None else align(carbon, trace_start, **kw),
+    )
+
+
+def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: list[str]) -> tuple[Any, Any]:
+    """The run's price and carbon series (None where not configured), aligned to `trace_start`."""
+    return align_grid_signals(cfg, load_grid_signals(cfg, notes), trace_start)
 
 
 def build_energy(cfg: SimulationConfig, trace_start: datetime | None) -> EnergySetup:

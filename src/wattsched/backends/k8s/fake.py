@@ -181,11 +181,17 @@ class FakeCoreV1Api:
     def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
         key = f"{namespace}/{name}"
         self.calls.append(f"patch {key}")
-        pod = self.pods.get(key)
-        if pod is None:
-            raise FakeApiError(404, f'pods "{name}" not found')
-        _merge(pod, body)
-        self._record("Pod", "MODIFIED", pod)
+        return self._patch("Pod", self.pods, key, f'pods "{name}"', body)
+
+    def _patch(
+        self, kind: str, store: dict[str, dict[str, Any]], key: str, what: str, body: Any
+    ) -> FakeResponse:
+        """A JSON merge patch of one stored object, recorded as a MODIFIED event."""
+        obj = store.get(key)
+        if obj is None:
+            raise FakeApiError(404, f"{what} not found")
+        _merge(obj, body)
+        self._record(kind, "MODIFIED", obj)
         return FakeResponse(status=200)
 
     def delete_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
@@ -211,12 +217,7 @@ class FakeCoreV1Api:
 
     def patch_node(self, name: str, body: Any, **kw: Any) -> FakeResponse:
         self.calls.append(f"patch node {name}")
-        node = self.nodes.get(name)
-        if node is None:
-            raise FakeApiError(404, f'nodes "{name}" not found')
-        _merge(node, body)
-        self._record("Node", "MODIFIED", node)
-        return FakeResponse(status=200)
+        return self._patch("Node", self.nodes, name, f'nodes "{name}"', body)
 
     def now_text(self) -> str:
         """Creation time of pods the API creates (the tests set ``clock``)."""
