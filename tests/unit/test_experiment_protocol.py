@@ -114,10 +114,10 @@ class FlakySweep(IdleTimeoutSweep):
 
     failing = True
 
-    def plots(self, cfg, records, out):
+    def tables(self, cfg, cells, outcomes, out):
         if FlakySweep.failing:
             raise Interrupted
-        return super().plots(cfg, records, out)
+        return super().tables(cfg, cells, outcomes, out)
 
 
 def test_an_interrupted_grid_resumes_from_its_finished_cells(tmp_path):

@@ -54,6 +54,9 @@ FreshOption = Annotated[
 ]
 DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
+PlotsOption = Annotated[
+    bool, typer.Option("--plots/--no-plots", help="write the figures (PNG; needs the [plots] extra)")
+]
 # The column mapping of a CSV workload: the same option as `simulate --columns`, from the same config field.
 _COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("columns",))
 ColumnsOption = Annotated[
@@ -581,7 +584,11 @@ def _protocol_command(name: str) -> None:
                 raise WattschedError(f"--{field.replace('_', '-')}: {first['msg']}") from None
             execution = grid_execution(extra["backend"], extra["address"], extra["fresh"])
             with progress_bar(name, enabled=not extra["quiet"]) as progress:
-                result = run_experiment(exp, cfg, extra["out"], extra["workers"], execution, progress)
+                result = run_experiment(
+                    exp, cfg, extra["out"], extra["workers"], execution, progress, plots=extra["plots"]
+                )
+        for line in exp.headline(cfg, result.records) if not result.records.empty else []:
+            console.print(escape(line.replace("**", "")), highlight=False)
         console.print(
             f"{name}: {len(result.records)} runs in {result.wall_s:.1f} s on {result.workers} worker(s); "
             f"{', '.join(p.name for p in result.files)} in [bold]{escape(str(result.out))}[/]",
@@ -600,6 +607,7 @@ def _protocol_command(name: str) -> None:
         option("address", AddressOption, None),
         option("fresh", FreshOption, False),
         option("quiet", QuietOption, False),
+        option("plots", PlotsOption, True),
     ]
     command = command_with_config_options(exp.config_model, extra, handler, exp.description)
     experiment_app.command(name)(command)

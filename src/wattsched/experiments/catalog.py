@@ -2,4 +2,13 @@
 
 from __future__ import annotations
 
-from . import idle_timeout_sweep  # noqa: F401
+from . import (  # noqa: F401
+    cedla,
+    eaco,
+    fgd_pwr,
+    hkbu_dag,
+    hkbu_dvfs,
+    hkbu_online_pd,
+    idle_timeout_sweep,
+    powerflow,
+)

@@ -13,13 +13,14 @@ supplies the command, the executor, resuming, the accounting window, ``records.c
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import SimulationConfig
-from .protocol import EXPERIMENTS, Cell, Experiment
+from .protocol import EXPERIMENTS, Cell, Experiment, Outcome
 
 
 class IdleTimeoutSweepConfig(BaseModel):
@@ -74,14 +75,14 @@ class IdleTimeoutSweep(Experiment):
             f"{change:+.1f} % against every node always on ({b['energy_kwh']:,.1f} kWh); mean JCT {jct:+.1f} %."
         ]
 
-    def plots(self, cfg: BaseModel, records: pd.DataFrame, out: Path) -> list[Path]:
-        try:
-            import matplotlib
+    def plots(
+        self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome], out: Path
+    ) -> list[Path]:
+        import matplotlib
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:  # the [plots] extra is not installed: the tables say it all
-            return []
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
         from .grid import save_figure
 
         fig, ax = plt.subplots(figsize=(6, 4))

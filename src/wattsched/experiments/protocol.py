@@ -26,7 +26,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -46,10 +46,46 @@ CONFIG_FILE = "config.yaml"
 
 
 class Cell(NamedTuple):
-    """One run of an experiment's grid: what tells it apart from the others (its row label) and what it runs."""
+    """One run of an experiment's grid: what tells it apart from the others (its row label) and what it runs: a
+    simulation config (run by the simulator), or `task`, the experiment's own description of a run that
+    :meth:`Experiment.run_cell` carries out (a DAG simulation, a packing replay, a task set; picklable)."""
 
     keys: dict[str, Any]
-    config: SimulationConfig
+    config: SimulationConfig | None = None
+    task: Any = None
+
+
+@dataclass
+class Outcome:
+    """What one cell gave: its figures under the comparison's metric names (``compare.METRICS``; None for a cell
+    that is not a run to compare, e.g. a small instance of a ratio study), its policy label and reconstruction
+    bases, the experiment's own columns for ``records.csv``, what the common window needs of its summary (None:
+    the run is not charged over a window, e.g. a simulator without power tails) and `raw`, the experiment's own
+    per-run record for its own tables and plots. Charging the common window updates ``energy_kwh``,
+    ``own_window_kwh``, ``cost_usd`` and ``co2_kg`` in `metrics` (in place)."""
+
+    metrics: dict[str, float] | None
+    policy: str
+    bases: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    window_input: dict[str, Any] | None = None
+    raw: Any = None
+    # What window.rebase reads and sets on a record (attributes); copied back into `metrics` by Experiment.charge.
+    energy_kwh: float = field(default=math.nan, init=False, repr=False)
+    own_window_kwh: float = field(default=math.nan, init=False, repr=False)
+    cost_usd: float = field(default=math.nan, init=False, repr=False)
+    co2_kg: float = field(default=math.nan, init=False, repr=False)
+
+
+@dataclass
+class Section:
+    """A part of ``summary.md`` of the experiment's own, rendered by the one renderer: a heading, sentences, and
+    optionally a table (a frame: its columns are the header, floats shown to `digits` significant digits)."""
+
+    title: str
+    lines: list[str] = field(default_factory=list)
+    table: pd.DataFrame | None = None
+    digits: int = 4
 
 
 class Experiment(ABC):
@@ -68,17 +104,84 @@ class Experiment(ABC):
         e.g. one group per cluster size where runs on different clusters are never compared)."""
         return 0
 
+    def run_cell(self, cell: Cell) -> Outcome:
+        """Carry out one cell (in a worker). By default: simulate ``cell.config`` and take its summary's figures;
+        an experiment with its own simulator overrides this and reads ``cell.task``."""
+        from .compare import summary_metrics, summary_policy
+        from .run import run_simulation
+        from .window import window_input
+
+        if cell.config is None:
+            raise TypeError(
+                f"{self.name}: a cell without a simulation config needs the experiment's run_cell"
+            )
+        result = run_simulation(cell.config)
+        summary = result.summary
+        policy, bases = summary_policy(summary)
+        return Outcome(
+            summary_metrics(summary),
+            policy,
+            bases,
+            self.extra(result),
+            window_input(summary),
+            self.raw(result),
+        )
+
     def extra(self, result: RunResult) -> dict[str, Any]:
         """Columns of the experiment's own beside the shared metrics, from a finished run (in the worker: the
         whole run is at hand, its per-job table and time series included)."""
         return {}
 
+    def raw(self, result: RunResult) -> Any:
+        """The experiment's own record of a finished simulation (kept as ``Outcome.raw``; picklable, small)."""
+        return None
+
+    def charge(self, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> str:
+        """Charge the runs compared with one another over one common window (``experiments/window.py``, in
+        place) and return the line naming it ("" where no run has a power tail to charge)."""
+        from .window import rebase
+
+        charged = [(c, o) for c, o in zip(cells, outcomes, strict=True) if o.window_input is not None]
+        if not charged:
+            return ""
+        for _, o in charged:
+            assert o.metrics is not None
+            o.energy_kwh, o.cost_usd, o.co2_kg = (o.metrics[k] for k in ("energy_kwh", "cost_usd", "co2_kg"))
+        config_of = {id(o): c.config for c, o in charged}
+        group_of = {id(o): self.window_group(c.keys) for c, o in charged}
+        line = rebase(
+            [o for _, o in charged],
+            lambda o: group_of[id(o)],
+            lambda o: config_of[id(o)],
+            "experiment" if len(set(group_of.values())) == 1 else "group of compared runs",
+        )
+        for _, o in charged:
+            assert o.metrics is not None
+            o.metrics.update(
+                energy_kwh=o.energy_kwh, own_window_kwh=o.own_window_kwh, cost_usd=o.cost_usd, co2_kg=o.co2_kg
+            )
+        return line
+
+    def tables(
+        self, cfg: BaseModel, cells: Sequence[Cell], outcomes: Sequence[Outcome], out: Path
+    ) -> list[Path]:
+        """Files of the experiment's own written into `out` beside ``records.csv`` (e.g. a per-run table with
+        columns no other experiment has, a curve per run); none by default."""
+        return []
+
+    def sections(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[Section]:
+        """Parts of ``summary.md`` of the experiment's own after the headline (findings, a published figure
+        beside the measured one); none by default."""
+        return []
+
     def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
         """Lines for the summary's top, drawn from the records (the experiment's finding)."""
         return []
 
-    def plots(self, cfg: BaseModel, records: pd.DataFrame, out: Path) -> list[Path]:
-        """Figures written into `out` (none by default)."""
+    def plots(
+        self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome], out: Path
+    ) -> list[Path]:
+        """Figures written into `out` (none by default); called only where matplotlib is installed."""
         return []
 
 
@@ -90,26 +193,15 @@ class ProtocolResult:
     out: Path
     records: pd.DataFrame
     files: list[Path]
-    window: str  # the line naming the common accounting window
+    window: str  # the line naming the common accounting window ("" where none applies)
     wall_s: float
     workers: int
+    outcomes: list[Outcome]
 
 
-_Done = tuple[int, dict[str, Any], dict[str, float], str, list[str], dict[str, Any]]
-
-
-def _run_cell(shared: tuple[Experiment, Sequence[Cell]], index: int) -> _Done:
-    """One cell, in a worker: its index, what the common window needs of its summary, its metrics, policy,
-    bases and the experiment's own columns."""
-    from .compare import summary_metrics, summary_policy
-    from .run import run_simulation
-    from .window import window_input
-
+def _run_cell(shared: tuple[Experiment, Sequence[Cell]], index: int) -> tuple[int, Outcome]:
     experiment, cells = shared
-    result = run_simulation(cells[index].config)
-    summary = result.summary
-    policy, bases = summary_policy(summary)
-    return index, window_input(summary), summary_metrics(summary), policy, bases, experiment.extra(result)
+    return index, experiment.run_cell(cells[index])
 
 
 def run_experiment(
@@ -119,12 +211,12 @@ def run_experiment(
     workers: int | None = None,
     execution: Execution | None = None,
     progress: ProgressFn | None = None,
+    plots: bool = True,
 ) -> ProtocolResult:
     """Run the experiment's grid, charge its runs over one common window, and write ``records.csv``,
-    ``summary.md``, ``config.yaml`` and its plots into `out`."""
+    ``summary.md``, ``config.yaml``, its own tables and its plots into `out`."""
     from ..core.atomic import write_text
-    from .grid import write_csv
-    from .window import rebase
+    from .grid import plots_if_available, write_csv
 
     started = time.perf_counter()
     out = Path(out)
@@ -132,92 +224,89 @@ def run_experiment(
     cells = experiment.grid(cfg)
     tasks = [(i,) for i in range(len(cells))]
     done = run_tasks(_run_cell, (experiment, cells), tasks, workers, progress, out, execution)
-    rows: list[_Record] = []
-    for index, window_in, metrics, policy, bases, extra in sorted(done.results, key=lambda r: r[0]):
-        rows.append(_Record(index, window_in, metrics, policy, bases, extra))
-    groups = len({experiment.window_group(c.keys) for c in cells})
-    window = rebase(
-        rows,
-        lambda r: experiment.window_group(cells[r.index].keys),
-        lambda r: cells[r.index].config,
-        "experiment" if groups == 1 else "group of compared runs",
+    outcomes = [o for _, o in sorted(done.results, key=lambda r: r[0])]
+    window = experiment.charge(cells, outcomes)
+    records = pd.DataFrame(
+        [_row(experiment.name, c, o) for c, o in zip(cells, outcomes, strict=True) if o.metrics is not None],
+        columns=None if any(o.metrics is not None for o in outcomes) else ["experiment", "policy", "basis"],
     )
-    records = pd.DataFrame([_row(experiment.name, cells[r.index], r) for r in rows])
     files = [out / RECORDS_FILE, out / SUMMARY_FILE, out / CONFIG_FILE]
     write_csv(files[0], records)
     import yaml
 
     write_text(files[2], yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    plots = experiment.plots(cfg, records, out)
-    write_text(files[1], render_summary(experiment, cfg, records, window, plots))
+    own = experiment.tables(cfg, cells, outcomes, out)
+    figures: list[Path] = []
+    if plots:
+        figures = plots_if_available(lambda: experiment.plots(cfg, records, outcomes, out)) or []
+    write_text(files[1], render_summary(experiment, cfg, records, window, figures, outcomes))
     grid_done(out)
-    return ProtocolResult(out, records, [*files, *plots], window, time.perf_counter() - started, done.workers)
+    return ProtocolResult(
+        out, records, [*files, *own, *figures], window, time.perf_counter() - started, done.workers, outcomes
+    )
 
 
-@dataclass
-class _Record:
-    """One run's figures while its energy is charged over the common window (``window.rebase`` sets
-    ``energy_kwh``, ``own_window_kwh``, ``cost_usd`` and ``co2_kg``)."""
-
-    index: int
-    window_input: dict[str, Any]
-    metrics: dict[str, float]
-    policy: str
-    bases: list[str]
-    extra: dict[str, Any]
-
-    def __post_init__(self) -> None:
-        self.energy_kwh = self.metrics["energy_kwh"]
-        self.cost_usd = self.metrics["cost_usd"]
-        self.co2_kg = self.metrics["co2_kg"]
-        self.own_window_kwh = math.nan
-
-
-def _row(name: str, cell: Cell, r: _Record) -> dict[str, Any]:
-    metrics = {
-        **r.metrics,
-        "energy_kwh": r.energy_kwh,
-        "own_window_kwh": r.own_window_kwh,
-        "cost_usd": r.cost_usd,
-        "co2_kg": r.co2_kg,
-    }
+def _row(name: str, cell: Cell, o: Outcome) -> dict[str, Any]:
+    assert o.metrics is not None
+    metrics = dict(o.metrics)
+    metrics.setdefault("own_window_kwh", math.nan)
     return {
         "experiment": name,
         **cell.keys,
-        "policy": r.policy,
-        "basis": " | ".join(r.bases),
+        "policy": o.policy,
+        "basis": " | ".join(o.bases),
         **metrics,
-        **r.extra,
+        **o.extra,
     }
 
 
 # -- the one renderer --------------------------------------------------------------------------------------------
 def render_summary(
-    experiment: Experiment, cfg: BaseModel, records: pd.DataFrame, window: str, plots: Sequence[Path] = ()
+    experiment: Experiment,
+    cfg: BaseModel,
+    records: pd.DataFrame,
+    window: str,
+    plots: Sequence[Path] = (),
+    outcomes: Sequence[Outcome] = (),
 ) -> str:
-    """``summary.md`` of any protocol experiment: what it is, its settings, its finding, every run's figures under
-    the comparison's metric names, the accounting window and the reconstructions it ran."""
+    """``summary.md`` of any protocol experiment: what it is, its settings, its finding, its own sections, every
+    run's figures under the comparison's metric names, the accounting window and the reconstructions it ran."""
     from .compare import METRICS, column_definitions, format_value, is_component, shown_metrics
 
     frame = records.copy()
-    metrics = shown_metrics(frame)
-    columns = list(frame.columns)
-    keys = columns[columns.index("experiment") + 1 : columns.index("policy")]  # the cell's keys sit between
-    known = {m.key for m in METRICS}
-    own = [c for c in columns[columns.index("basis") + 1 :] if c not in known and not is_component(c)]
     lines = [f"# {experiment.name}", "", experiment.description, ""]
     settings = cfg.model_dump(mode="json")
     lines += ["Settings: " + ", ".join(f"`{k}={_plain(v)}`" for k, v in settings.items()), ""]
     headline = experiment.headline(cfg, records)
     if headline:
         lines += [*headline, ""]
+    for section in experiment.sections(cfg, records, outcomes):
+        lines += [f"## {section.title}", ""]
+        if section.lines:
+            lines += [*section.lines, ""]
+        if section.table is not None:
+            lines += [*markdown_table(section.table, section.digits), ""]
+    if frame.empty:
+        lines += [
+            "No runs to compare: every cell of this grid is of the experiment's own kind (see above).",
+            "",
+        ]
+        return "\n".join(lines).rstrip() + "\n"
+    metrics = shown_metrics(frame)
+    columns = list(frame.columns)
+    keys = columns[columns.index("experiment") + 1 : columns.index("policy")]  # the cell's keys sit between
+    known = {m.key for m in METRICS}
+    own = [c for c in columns[columns.index("basis") + 1 :] if c not in known and not is_component(c)]
+    lines += ["## Runs", ""]
     header = [*keys, "policy", *(m.header for m in metrics), *own]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in frame.to_dict("records"):
         cells = [_plain(row[k]) for k in keys] + [str(row["policy"])]
         cells += [format_value(m, float(row[m.key])) for m in metrics] + [_plain(row[c]) for c in own]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", window, ""]
+    if window:
+        lines += ["", window]
+    lines.append("")
     definitions = column_definitions(frame, [m.key for m in metrics])
     lines += [f"- **{header}**: {text}" for header, text in definitions]
     bases = sorted(
@@ -233,6 +322,28 @@ def render_summary(
     if plots:
         lines += ["", *(f"![{p.stem}]({p.name})" for p in plots)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def markdown_table(frame: pd.DataFrame, digits: int = 4) -> list[str]:
+    """A frame as Markdown table lines: floats to `digits` significant digits (integral ones without a point),
+    missing values as an em dash."""
+    header = [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v, digits) for v in row) + " |")
+    return lines
+
+
+def _cell(value: Any, digits: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "\u2014"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}" if abs(value) >= 1e4 else str(int(value))
+        return f"{value:,.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value).replace("|", "\\|")
 
 
 def _plain(value: Any) -> str:

@@ -217,7 +217,7 @@ def rebase_rows(
 def rebase(
     records: Sequence[Any],
     group: Callable[[Any], Hashable],
-    config: Callable[[Any], SimulationConfig],
+    config: Callable[[Any], SimulationConfig | None],
     what: str,
     target: str = "energy_kwh",
 ) -> str:
