@@ -60,7 +60,10 @@ def test_compare_reads_a_protocol_experiment_without_a_table_of_its_own(sweep):
 def test_report_takes_it_too(sweep, tmp_path):
     res = CliRunner().invoke(app, ["report", str(sweep.out), "--out", str(tmp_path / "r.html")])
     assert res.exit_code == 0, res.output
-    assert "idle_timeout_s=300" in (tmp_path / "r.html").read_text()
+    text = (tmp_path / "r.html").read_text()
+    assert "idle_timeout_s=300" in text
+    # the experiment's own figure, embedded as data (the page stays self-contained)
+    assert '<figure id="plot-experiment-1-energy_vs_jct">' in text and "data:image/png;base64," in text
 
 
 class _TwoPlacements(BaseModel):
@@ -157,15 +160,14 @@ def test_own_columns_follow_the_metrics_and_windows_follow_the_groups(tmp_path):
 
 
 def test_an_experiment_without_matplotlib_writes_its_tables_and_logs_the_skip(tmp_path, monkeypatch, caplog):
-    """matplotlib is the [plots] extra: without it an experiment (here hkbu-dag, written before the protocol)
-    finishes with its tables and summary, no figures, and says why in one log line."""
-    from wattsched.experiments import report
-    from wattsched.experiments.hkbu_dag import run_experiment as run_hkbu_dag
+    """matplotlib is the [plots] extra: without it an experiment finishes with its records and summary, no figures,
+    and says why in one log line."""
+    from wattsched.experiments import report_plots
 
-    monkeypatch.setattr(report, "plots_available", lambda: False)
-    result = run_hkbu_dag(placements=["ssf"], picks=["lwf"], modes=["adadual", "unaware"], seeds=1, num_jobs=20,
-                          nodes=4, out=tmp_path, workers=1)  # fmt: skip
-    assert (tmp_path / "results.csv").is_file() and (tmp_path / "summary.md").is_file()
-    assert not list(tmp_path.glob("*.png"))
-    assert not result.summary.get("plots")
-    assert report.PLOTS_SKIPPED in caplog.text
+    monkeypatch.setattr(report_plots, "plots_available", lambda: False)
+    cfg = IdleTimeoutSweepConfig(max_jobs=60, timeouts_s=[600.0])
+    result = run_experiment(IdleTimeoutSweep(), cfg, tmp_path, workers=1)
+    assert (tmp_path / "records.csv").is_file() and (tmp_path / "summary.md").is_file()
+    assert not list(tmp_path.glob("*.png")) and "![" not in (tmp_path / "summary.md").read_text()
+    assert len(result.records) == 2
+    assert report_plots.PLOTS_SKIPPED in caplog.text

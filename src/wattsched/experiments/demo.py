@@ -195,7 +195,8 @@ def run_demo(
     """Every run of DEMO_RUNS into OUT/<name>, then OUT/comparison.csv and OUT/report.html."""
     from .compare import comparison
     from .jobmodel import require_one_job_model
-    from .report import PLOTS_SKIPPED, build_report, plots_available
+    from .report import build_report
+    from .report_plots import PLOTS_SKIPPED, plots_available
     from .window import record_in_run_dirs
 
     price, carbon = write_generated_signals(out / "signals")

@@ -86,7 +86,7 @@ def thinned(size: int, points: int) -> np.ndarray:
 def plots_if_available(write: Callable[..., Any], *args: Any) -> Any:
     """An experiment's figures, or none (an empty list) where matplotlib, the ``[plots]`` extra, is not installed:
     the tables and the summary stand without them; the skip is logged in one line."""
-    from .report import PLOTS_SKIPPED, plots_available
+    from .report_plots import PLOTS_SKIPPED, plots_available
 
     if not plots_available():
         logging.getLogger("wattsched").warning(PLOTS_SKIPPED)
