@@ -232,7 +232,7 @@ def not_a_run(kind: str, d: Path) -> Path:
         ("empty", "{d}: not a run directory (summary.json and config.resolved.yaml), nor the output"),
         ("no-config", "{d}: not a complete run directory"),
         ("bad-json", "{d}/summary.json: cannot read the run summary"),
-        ("no-runs", "{d}: no runs to compare: the hkbu-online-pd experiment without its Philly replay"),
+        ("no-runs", "{d}: no runs to compare: the hkbu-online-pd experiment recorded none"),
     ],
 )
 def test_a_directory_that_is_not_a_run_is_one_error_line(runs, tmp_path, kind, message):

@@ -16,7 +16,15 @@ from wattsched.experiments.compare import METRICS, rows_of
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.idle_timeout_sweep import IdleTimeoutSweep, IdleTimeoutSweepConfig
 from wattsched.experiments.parallel import Execution
-from wattsched.experiments.protocol import EXPERIMENTS, Cell, Experiment, experiment_names, run_experiment
+from wattsched.experiments.protocol import (
+    EXPERIMENTS,
+    Cell,
+    Experiment,
+    Outcome,
+    Section,
+    experiment_names,
+    run_experiment,
+)
 
 SMALL = {"max_jobs": 150, "timeouts_s": [300.0, 1800.0], "boot_time_s": 120.0}
 
@@ -171,3 +179,59 @@ def test_an_experiment_without_matplotlib_writes_its_tables_and_logs_the_skip(tm
     assert not list(tmp_path.glob("*.png")) and "![" not in (tmp_path / "summary.md").read_text()
     assert len(result.records) == 2
     assert report_plots.PLOTS_SKIPPED in caplog.text
+
+
+class _Squares(BaseModel):
+    sizes: list[int] = [2, 3]
+    with_instances: bool = True
+
+
+class Squares(Experiment):
+    """An experiment with a simulator of its own: its cells carry a task, run_cell carries it out; one cell is a
+    small instance that is not a run to compare (metrics None), kept for its own table and section."""
+
+    name = "test-squares"
+    description = "tasks of the experiment's own"
+    config_model = _Squares
+
+    def grid(self, cfg):
+        cells = [Cell({"size": n}, task=n) for n in cfg.sizes]
+        return [*cells, Cell({"size": 0}, task="instance")] if cfg.with_instances else cells
+
+    def run_cell(self, cell):
+        if cell.task == "instance":
+            return Outcome(None, "offline", raw={"ratio": 1.25})
+        n = cell.task
+        return Outcome({"energy_kwh": float(n * n), "jct_mean_s": 10.0 * n}, f"square-{n}", ["a basis"],
+                       {"side": n}, raw={"ratio": None})  # fmt: skip
+
+    def tables(self, cfg, cells, outcomes, out):
+        path = out / "ratios.csv"
+        pd.DataFrame([o.raw for o in outcomes]).to_csv(path, index=False)
+        return [path]
+
+    def sections(self, cfg, records, outcomes):
+        table = pd.DataFrame(
+            {"instance": ["a"], "ratio": [o.raw["ratio"] for o in outcomes if o.metrics is None]}
+        )
+        return [Section("Small instances", ["Online against offline."], table)] if cfg.with_instances else []
+
+
+def test_an_experiment_with_its_own_simulator_and_sections(tmp_path):
+    from wattsched.core.errors import WattschedError
+
+    result = run_experiment(Squares(), _Squares(), tmp_path, workers=1)
+    records = pd.read_csv(tmp_path / "records.csv")
+    assert list(records["size"]) == [2, 3] and list(records["policy"]) == ["square-2", "square-3"]
+    assert list(records["energy_kwh"]) == [4.0, 9.0] and list(records["side"]) == [2, 3]
+    assert [o.raw["ratio"] for o in result.outcomes] == [None, None, 1.25]  # the instance kept, not a record
+    assert (tmp_path / "ratios.csv").is_file() and tmp_path / "ratios.csv" in result.files
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Small instances" in summary and "| a | 1.25 |" in summary and "- a basis" in summary
+    assert "common window" not in summary  # no run had a power tail to charge
+    rows = rows_of(tmp_path)
+    assert [r["jct_mean_s"] for r in rows] == [20.0, 30.0] and rows[0]["run"].endswith("size=2")
+    only_instances = tmp_path / "instances"
+    run_experiment(Squares(), _Squares(sizes=[]), only_instances, workers=1)
+    with pytest.raises(WattschedError, match="no runs to compare: the test-squares experiment recorded none"):
+        rows_of(only_instances)

@@ -443,7 +443,7 @@ NO_RUNS = {
 
 # -- a protocol experiment's records: one schema for any experiment (experiments/protocol.py) -----------------
 PROTOCOL_RECORDS = "records.csv"
-PROTOCOL_MARKER = frozenset({"experiment", "policy", "basis", "energy_kwh"})
+PROTOCOL_MARKER = frozenset({"experiment", "policy", "basis"})
 
 
 def is_protocol_output(path: Path) -> bool:
@@ -478,6 +478,20 @@ def protocol_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _no_runs_reason(path: Path) -> str:
+    """Why a protocol experiment recorded no runs: its summary.md says (the line after its title and
+    description is its settings; a grid of the experiment's own kind only, e.g. small instances of a ratio
+    study, states it)."""
+    try:
+        title = (path / "summary.md").read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
+    except (OSError, UnicodeDecodeError, IndexError):
+        title = "the"
+    return (
+        f"the {title} experiment recorded none in {PROTOCOL_RECORDS} (every cell of its grid is of its own kind; "
+        "see its summary.md and its own tables)"
+    )
+
+
 # -- rows of any directory ---------------------------------------------------------------------------------
 
 
@@ -497,7 +511,10 @@ def rows_of(path: str | Path) -> list[dict[str, Any]]:
     if is_run_dir(path):
         return [run_row(path)]
     if is_protocol_output(path):
-        return protocol_rows(path)
+        rows = protocol_rows(path)
+        if not rows:
+            raise WattschedError(f"{path}: no runs to compare: {_no_runs_reason(path)}")
+        return rows
     tables = [t for t in EXPERIMENT_TABLES if t.matches(path)]
     if tables:
         return [row for t in tables for row in t.rows(path)]
