@@ -109,7 +109,7 @@ def _finite(obj: Any) -> Any:
 
 def headline(cfg: HkbuOnlinePdConfig, ratios: pd.DataFrame | None, records: pd.DataFrame) -> list[str]:
     """The bound, the empirical ratios and the worst instance (when the small instances are at hand), and the net
-    value of each Philly replay."""
+    value of each Philly replay; one list item each."""
     lines = []
     if ratios is not None and not ratios.empty:
         b, w = small_family_bound(cfg.eta), worst_instance(ratios)
@@ -119,10 +119,10 @@ def headline(cfg: HkbuOnlinePdConfig, ratios: pd.DataFrame | None, records: pd.D
             for kind, r in per_kind(ratios).items()
         )
         lines += [
-            f"**Proven competitive ratio bound {b['competitive_ratio_bound']:.3f}** (alpha {b['alpha']:.3f}, "
+            f"- **Proven competitive ratio bound {b['competitive_ratio_bound']:.3f}** (alpha {b['alpha']:.3f}, "
             f"small-job limit {b['small_job_limit']:.3f}); empirical ratio (offline optimum / online objective) "
             f"over {len(ratios)} small instances: {kinds}.",
-            f"**Worst instance `{w['instance']}`** ({w['kind']}): {w['empirical_ratio']:.3f}; instances above "
+            f"- **Worst instance `{w['instance']}`** ({w['kind']}): {w['empirical_ratio']:.3f}; instances above "
             f"the bound: {above}.",
         ]
     if not records.empty and "replay" in records:
@@ -131,7 +131,7 @@ def headline(cfg: HkbuOnlinePdConfig, ratios: pd.DataFrame | None, records: pd.D
             f"{r['energy_kwh']:,.0f} kWh"
             for r in records.to_dict("records")
         )
-        lines.append(f"Philly (energy and net value over the common window of its runs): {runs}.")
+        lines.append(f"- Philly (energy and net value over the common window of its runs): {runs}.")
     return lines
 
 
