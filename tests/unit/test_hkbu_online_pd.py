@@ -7,6 +7,7 @@ import itertools
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -229,24 +230,157 @@ def test_philly_subset_with_deadlines(tmp_path):
     assert p["bound_competitive_ratio_bound"] > p["bound_small_job_limit"] > 1
 
 
-def test_experiment_writes_ratios_and_the_bound(tmp_path):
-    from wattsched.experiments.hkbu_online_pd import run_experiment
+# --- the experiment (experiments/hkbu_online_pd.py on the protocol) ----------------------------------------------
 
-    res = run_experiment(out=tmp_path, random_count=3, order_searches=1, philly=False, plots=True)
+
+def run_pd_experiment(out, **settings):
+    from wattsched.experiments.hkbu_online_pd import HkbuOnlinePdConfig
+    from wattsched.experiments.protocol import EXPERIMENTS, run_experiment
+
+    return run_experiment(
+        EXPERIMENTS.create("hkbu-online-pd"), HkbuOnlinePdConfig(**settings), out, workers=1
+    )
+
+
+def test_experiment_writes_ratios_and_the_bound(tmp_path):
+    from wattsched.experiments.compare import rows_of
+
+    res = run_pd_experiment(tmp_path, instances=3, order_searches=1, philly=False)
     ratios = (tmp_path / "ratios.csv").read_text().splitlines()
     assert ratios[0].startswith("instance,kind,construction,online_objective,offline_optimum,empirical_ratio")
+    assert len(ratios) == 1 + 3 + 8 + 1  # random, the ladder's batches, one order search
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["label"] == LABEL and s["bound_violations"] == 0
+    assert s["label"] == LABEL and s["bound_violations"] == 0 and s["instances"] == 12
     assert s["competitive_ratio_bound"] == pytest.approx(small_family_bound()["competitive_ratio_bound"])
     worst = s["worst_instance"]["empirical_ratio"]
     assert worst >= 1.0 - 1e-9 and worst <= s["competitive_ratio_bound"]
-    assert set(res.results["kind"]) == {"random", "adversarial"}
-    assert "reconstruction" in (tmp_path / "summary.md").read_text()
+    assert set(pd.read_csv(tmp_path / "ratios.csv")["kind"]) == {"random", "adversarial"}
+    assert s["philly"] == {"setup": None, "runs": []} and not (tmp_path / "philly.csv").exists()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "reconstruction" in summary and f"OPT <= {s['competitive_ratio_bound']:.3f} x ONLINE" in summary
+    assert f"Worst instance: `{s['worst_instance']['instance']}`" in summary
+    assert "No runs to compare" in summary
     assert (tmp_path / "ratio_histogram.png").stat().st_size > 0
+    # The small instances are not runs: records.csv holds none, and compare says why.
+    assert res.records.empty and (tmp_path / "records.csv").read_text().strip() == "experiment,policy,basis"
+    with pytest.raises(
+        WattschedError, match="no runs to compare: the hkbu-online-pd experiment without its Philly"
+    ):
+        rows_of(tmp_path)
 
 
-def test_experiment_cli_rejects_bad_input(tmp_path):
-    res = CliRunner().invoke(
-        app, ["experiment", "hkbu-online-pd", "--eta", "-1", "--no-philly", "--quiet", "--out", str(tmp_path)]
+def test_order_searches_as_cells_equal_one_search_after_another():
+    """Each worst-order search is a cell of its own, started from the state the one search generator would have
+    reached after the searches before it: the same orders as running them one after another."""
+    from wattsched.experiments.hkbu_online_pd import (
+        ADVERSARY_SEED,
+        ORDER_SEARCH_STEPS,
+        Instance,
+        order_search_states,
+        ratio_row,
     )
-    assert res.exit_code == 2 and "--eta must be positive" in res.output
+    from wattsched.policies.hkbu_online_pd import worst_order
+
+    states = order_search_states(3)
+    rng = np.random.default_rng(ADVERSARY_SEED)
+    for i, state in enumerate(states):
+        assert rng.bit_generator.state == state
+        form, jobs = random_instance(ADVERSARY_SEED + i)
+        if i < 2:  # the last search's result is not needed, only the state before it
+            _, objective = worst_order(form, simultaneous(jobs), rng, ORDER_SEARCH_STEPS)
+            assert (
+                ratio_row(Instance("order", ADVERSARY_SEED + i, 1.0, state))["online_objective"] == objective
+            )
+
+
+def test_missing_philly_data_is_a_note_and_no_replay(tmp_path):
+    from wattsched.data.registry import is_available
+
+    empty = tmp_path / "data"
+    empty.mkdir()
+    if is_available("philly-pollux", "philly.csv", empty):
+        pytest.skip("the Philly trace is in the dataset cache, so it is never missing here")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "philly.csv").write_text("policy,on_time,net_value_usd\nstale,1,1\n")  # an earlier run's replays
+    res = run_pd_experiment(out, instances=1, order_searches=0, data_dir=str(empty))
+    assert res.records.empty and not (out / "philly.csv").exists()
+    notes = json.loads((out / "summary.json").read_text())["notes"]
+    assert len(notes) == 1 and notes[0].startswith("Philly comparison skipped: dataset file")
+    assert "Philly comparison skipped" in (out / "summary.md").read_text()
+
+
+@pytest.mark.realdata
+def test_philly_replays_are_the_records_compare_reads(tmp_path):
+    """records.csv carries the replays of philly.csv under the comparison's metric names, policy labels and
+    reconstruction marks (what compare read from philly.csv before), charged over one common window."""
+    from wattsched.experiments.compare import rows_of
+    from wattsched.experiments.hkbu_online_pd import PHILLY_POLICIES
+
+    require_real_file("philly-pollux", "philly.csv")
+    res = run_pd_experiment(tmp_path, instances=1, order_searches=0, max_jobs=300)
+    philly = pd.read_csv(tmp_path / "philly.csv").set_index("policy")
+    rows = {r["policy"]: r for r in rows_of(tmp_path)}
+    assert list(rows) == list(philly.index) == list(PHILLY_POLICIES)
+    same = {
+        "jobs_completed": "completed", "energy_kwh": "energy_kwh", "cost_usd": "energy_cost_usd",
+        "own_window_kwh": "own_window_kwh", "jct_mean_s": "jct_mean_s", "gpu_allocation": "gpu_allocation_mean",
+        "deadline_misses": "deadline_misses",
+    }  # fmt: skip
+    for policy, row in rows.items():
+        for metric, column in same.items():
+            assert row[metric] == pytest.approx(philly.loc[policy, column], rel=1e-5), (policy, metric)
+        assert row["experiment"] == "hkbu-online-pd"
+    basis = ALLOCATION_POLICIES.factory("hkbu-online-pd").basis
+    assert (
+        rows["hkbu-online-pd"]["reconstructed"]
+        and rows["hkbu-online-pd"]["basis"] == f"hkbu-online-pd: {basis}"
+    )
+    assert not rows["greedy-first-fit"]["reconstructed"] and not rows["edf-first-fit"]["reconstructed"]
+    assert philly.loc["hkbu-online-pd", "deadline_misses"] == philly.loc["hkbu-online-pd", "rejected"] > 0
+    np.testing.assert_allclose(philly["energy_cost_usd"], philly["energy_kwh"] * 0.10, rtol=1e-5)
+    records = res.records.set_index("policy")
+    assert list(records["replay"]) == ["hkbu-online-pd", "arrival-greedy+first-fit", "edf-greedy+first-fit"]
+    np.testing.assert_allclose(records["net_value_usd"], philly["net_value_usd"], rtol=1e-5, atol=0.5)
+    assert res.window and res.window in json.loads((tmp_path / "summary.json").read_text())["notes"]
+    compared = CliRunner().invoke(app, ["compare", str(tmp_path)])
+    assert compared.exit_code == 0 and "greedy-first-fit" in compared.output, compared.output
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--eta", "-1"], "--eta must be positive, got -1.0"),
+        (
+            ["--deadline-slack", "0.5"],
+            "--deadline-slack must be at least 1 (a job needs its duration), got 0.5",
+        ),
+        (["--instances", "0"], "--instances: Input should be greater than or equal to 1"),
+        (["--order-searches", "-1"], "--order-searches: Input should be greater than or equal to 0"),
+    ],
+)
+def test_experiment_cli_rejects_bad_input(tmp_path, flag, message):
+    res = CliRunner().invoke(
+        app, ["experiment", "hkbu-online-pd", *flag, "--no-philly", "--quiet", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.strip() == f"error: {message}", res.stderr
+
+
+def test_experiment_through_the_cli_prints_its_finding_and_compare_says_no_runs(tmp_path):
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app, ["experiment", "hkbu-online-pd", "--instances", "2", "--order-searches", "0", "--no-philly",
+              "--no-plots", "--quiet", "--out", str(out)]
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert (
+        "ratios.csv" in res.output
+        and "summary.json" in res.output
+        and not (out / "ratio_histogram.png").exists()
+    )
+    compared = CliRunner().invoke(app, ["compare", str(out)])
+    assert compared.exit_code == 2 and "Traceback" not in compared.output
+    lines = compared.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {out}: no runs to compare: "), compared.stderr
+    assert "--no-philly" in lines[0]

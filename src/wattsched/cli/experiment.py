@@ -507,59 +507,6 @@ def hkbu_dag(
     console.print(f"results.csv, summary.json, summary.md and plots in [bold]{result.out}[/]")
 
 
-@experiment_app.command("hkbu-online-pd")
-def hkbu_online_pd(
-    instances: Annotated[int, typer.Option(help="random small instances (seeds 0, 1, ...)", min=1)] = 120,
-    order_searches: Annotated[
-        int, typer.Option(help="adversarial arrival orders found by local search (one instance each)", min=0)
-    ] = 20,
-    eta: Annotated[float, typer.Option(help="price-function tuning parameter eta")] = 1.0,
-    philly: Annotated[bool, typer.Option(help="also replay Philly against greedy first-fit and EDF")] = True,
-    max_jobs: Annotated[
-        int | None, typer.Option(help="Philly: keep the first N jobs by submission (0: all)", min=0)
-    ] = None,
-    deadline_slack: Annotated[
-        float, typer.Option(help="Philly: deadline = submit + slack x duration (reconstructed)")
-    ] = 3.0,
-    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-online-pd"),
-    workers: WorkersOption = None,
-    backend: BackendOption = "process",
-    address: AddressOption = None,
-    fresh: FreshOption = False,
-    data_dir: DataDirOption = None,
-    quiet: QuietOption = False,
-) -> None:
-    """HKBU-OnlinePD-reconstructed: empirical competitive ratio vs the proven bound, and a Philly replay."""
-    from ..experiments.hkbu_online_pd import LABEL, run_experiment
-
-    with user_errors():
-        execution = grid_execution(backend, address, fresh)
-        with progress_bar("hkbu-online-pd", enabled=not quiet) as progress:
-            result = run_experiment(
-                out=out, random_count=instances, order_searches=order_searches, eta=eta, philly=philly,
-                max_jobs=max_jobs or None, deadline_slack=deadline_slack, workers=workers, data_dir=data_dir,
-                progress=progress, execution=execution,
-            )  # fmt: skip
-    s = result.summary
-    w = s["worst_instance"]
-    console.print(f"{LABEL} (a reconstruction): {s['instances']} small instances in {s['wall_s']:.1f} s")
-    console.print(
-        f"  proven competitive ratio bound {s['competitive_ratio_bound']:.3f} "
-        f"(alpha {s['bound']['alpha']:.3f}, small-job limit {s['bound']['small_job_limit']:.3f})"
-    )
-    for kind, r in s["per_kind"].items():
-        console.print(f"  {kind:12s} empirical ratio mean {r['ratio_mean']:.3f}, max {r['ratio_max']:.3f}")
-    console.print(f"  worst instance {w['instance']} ({w['kind']}): {w['empirical_ratio']:.3f}")
-    for r in s["philly"]["runs"]:
-        console.print(
-            f"  philly {r['policy']:16s} started {r['started']:>6}  on time {r['on_time']:>6}  "
-            f"net ${r['net_value_usd']:>12,.0f}  energy {r['energy_kwh']:>10,.0f} kWh"
-        )
-    if s["philly"]["runs"]:
-        console.print("  philly energy and net value over the common window of its runs (docs/energy.md)")
-    console.print(f"ratios.csv, summary.json, summary.md and plots in [bold]{result.out}[/]")
-
-
 # -- protocol experiments: one command each, generated from the experiment's config ---------------------------
 def _protocol_command(name: str) -> None:
     import inspect
