@@ -264,7 +264,7 @@ def test_experiment_writes_ratios_and_the_bound(tmp_path):
     # The small instances are not runs: records.csv holds none, and compare says why.
     assert res.records.empty and (tmp_path / "records.csv").read_text().strip() == "experiment,policy,basis"
     with pytest.raises(
-        WattschedError, match="no runs to compare: the hkbu-online-pd experiment without its Philly"
+        WattschedError, match="no runs to compare: the hkbu-online-pd experiment recorded none"
     ):
         rows_of(tmp_path)
 

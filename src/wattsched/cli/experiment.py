@@ -55,7 +55,7 @@ FreshOption = Annotated[
 DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
 PlotsOption = Annotated[
-    bool, typer.Option("--plots/--no-plots", help="write the figures (PNG; needs the [plots] extra)")
+    bool, typer.Option("--plots/--no-plots", help=escape("write the figures (PNG; needs the [plots] extra)"))
 ]
 # The column mapping of a CSV workload: the same option as `simulate --columns`, from the same config field.
 _COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("columns",))
@@ -534,7 +534,7 @@ def _protocol_command(name: str) -> None:
                 result = run_experiment(
                     exp, cfg, extra["out"], extra["workers"], execution, progress, plots=extra["plots"]
                 )
-        for line in exp.headline(cfg, result.records) if not result.records.empty else []:
+        for line in exp.headline(cfg, result.records):
             console.print(escape(line.replace("**", "")), highlight=False)
         console.print(
             f"{name}: {len(result.records)} runs in {result.wall_s:.1f} s on {result.workers} worker(s); "

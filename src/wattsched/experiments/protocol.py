@@ -219,9 +219,9 @@ def run_experiment(
     from .grid import plots_if_available, write_csv
 
     started = time.perf_counter()
+    cells = experiment.grid(cfg)  # checks the settings first: a bad one leaves no directory behind
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cells = experiment.grid(cfg)
     tasks = [(i,) for i in range(len(cells))]
     done = run_tasks(_run_cell, (experiment, cells), tasks, workers, progress, out, execution)
     outcomes = [o for _, o in sorted(done.results, key=lambda r: r[0])]
