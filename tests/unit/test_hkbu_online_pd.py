@@ -383,4 +383,5 @@ def test_experiment_through_the_cli_prints_its_finding_and_compare_says_no_runs(
     assert compared.exit_code == 2 and "Traceback" not in compared.output
     lines = compared.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {out}: no runs to compare: "), compared.stderr
-    assert "--no-philly" in lines[0]
+    assert "hkbu-online-pd experiment recorded none" in lines[0]
+    assert "Proven competitive ratio bound" in res.output  # the finding, printed without runs to compare
