@@ -15,8 +15,9 @@ from tests.unit.test_fgd_pwr_experiment import TINY, tiny_jobs
 from tests.unit.test_grid_execution import POWERFLOW, one_error_line
 from wattsched.cli.experiment import experiment_app
 from wattsched.experiments.cells import CELLS_DIR
-from wattsched.experiments.fgd_pwr import GridInputs, run_experiment
+from wattsched.experiments.fgd_pwr import FgdPwr, FgdPwrConfig, GridInputs
 from wattsched.experiments.parallel import Execution
+from wattsched.experiments.protocol import run_experiment
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'wattsched[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.ray
 NODES = 3
 NODE_ARGS = {"include_dashboard": False, "object_store_memory": 80 * 2**20}
 POLICIES = ["fgd", "pwr_200_fgd_800", "random"]
+CONFIG = FgdPwrConfig(seeds=2, policies=POLICIES)
 
 
 def descendants(pid: int) -> set[int]:
@@ -79,7 +81,7 @@ def inputs() -> GridInputs:
 @pytest.fixture(scope="module")
 def pool_run(inputs, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pool")
-    run_experiment(seeds=2, out=out, policies=POLICIES, workers=2, inputs=inputs, plots=False)
+    run_experiment(FgdPwr(inputs), CONFIG, out, workers=2, plots=False)
     return out
 
 
@@ -89,31 +91,17 @@ def same_bytes(a: Path, b: Path, names) -> None:
 
 
 def test_fgd_pwr_on_ray_equals_the_process_pool(ray_cluster, inputs, pool_run, tmp_path):
-    result = run_experiment(
-        seeds=2,
-        out=tmp_path,
-        policies=POLICIES,
-        inputs=inputs,
-        plots=False,
-        execution=Execution("ray", ray_cluster.address),
-    )
-    same_bytes(pool_run, tmp_path, ("curves.csv", "grid.csv"))
-    assert result.summary["backend"] == "ray" and result.summary["workers"] == NODES  # the cluster's CPUs
-    assert "of the ray backend" in (tmp_path / "summary.md").read_text()
+    execution = Execution("ray", ray_cluster.address)
+    result = run_experiment(FgdPwr(inputs), CONFIG, tmp_path, execution=execution, plots=False)
+    same_bytes(pool_run, tmp_path, ("curves.csv", "grid.csv", "records.csv"))
+    assert result.workers == NODES  # the cluster's CPUs
     assert not ray.is_initialized()  # the grid's own connection is closed again
 
 
 def test_workers_caps_the_runs_in_flight(ray_cluster, inputs, pool_run, tmp_path):
-    result = run_experiment(
-        seeds=2,
-        out=tmp_path,
-        policies=POLICIES,
-        inputs=inputs,
-        workers=2,
-        plots=False,
-        execution=Execution("ray", ray_cluster.address),
-    )
-    assert result.summary["workers"] == 2
+    execution = Execution("ray", ray_cluster.address)
+    result = run_experiment(FgdPwr(inputs), CONFIG, tmp_path, workers=2, execution=execution, plots=False)
+    assert result.workers == 2
     same_bytes(pool_run, tmp_path, ("curves.csv", "grid.csv"))
 
 
@@ -140,18 +128,13 @@ def test_an_interrupted_grid_on_ray_resumes(ray_cluster, inputs, pool_run, tmp_p
 
     execution = Execution("ray", ray_cluster.address)
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(
-            seeds=2, out=tmp_path, policies=POLICIES, inputs=inputs, plots=False, progress=interrupt,
-            execution=execution,
-        )  # fmt: skip
+        run_experiment(FgdPwr(inputs), CONFIG, tmp_path, execution=execution, progress=interrupt, plots=False)
     assert not ray.is_initialized()
     kept = len(list((tmp_path / CELLS_DIR).glob("*.pkl")))
     assert kept >= 1
     notices: list[str] = []
-    run_experiment(
-        seeds=2, out=tmp_path, policies=POLICIES, inputs=inputs, plots=False,
-        execution=Execution("ray", ray_cluster.address, notify=notices.append),
-    )  # fmt: skip
+    execution = Execution("ray", ray_cluster.address, notify=notices.append)
+    run_experiment(FgdPwr(inputs), CONFIG, tmp_path, execution=execution, plots=False)
     assert notices == [f"resumed {kept} of 6 runs from {tmp_path / CELLS_DIR}"]
     same_bytes(pool_run, tmp_path, ("curves.csv", "grid.csv"))
     assert not (tmp_path / CELLS_DIR).exists()
@@ -159,10 +142,12 @@ def test_an_interrupted_grid_on_ray_resumes(ray_cluster, inputs, pool_run, tmp_p
 
 def test_task_errors_arrive_as_the_cells_own(ray_cluster, inputs, tmp_path):
     from wattsched.core.errors import UnknownNameError
-    from wattsched.experiments.fgd_pwr import run_grid
+    from wattsched.experiments.fgd_pwr import run_one
+    from wattsched.experiments.parallel import run_tasks
 
+    # A cell whose policy was never checked (the experiment's grid checks the names before any cell runs).
     with pytest.raises(UnknownNameError, match="unknown placement policy 'nope'"):
-        run_grid(inputs, ["nope"], [42], execution=Execution("ray", ray_cluster.address))
+        run_tasks(run_one, inputs, [("nope", 42)], None, execution=Execution("ray", ray_cluster.address))
     assert not ray.is_initialized()
 
 

@@ -19,8 +19,9 @@ from tests.unit.test_powerflow_experiment import PERFDATA
 from wattsched.cli.experiment import experiment_app
 from wattsched.core.errors import WattschedError
 from wattsched.experiments.cells import CELLS_DIR, digest
-from wattsched.experiments.fgd_pwr import GridInputs, run_experiment
+from wattsched.experiments.fgd_pwr import FgdPwr, FgdPwrConfig, GridInputs
 from wattsched.experiments.parallel import GRID_BACKENDS, Execution, ProcessExecutor, run_tasks
+from wattsched.experiments.protocol import run_experiment
 
 POLICIES = ["fgd", "pwr_200_fgd_800", "random"]
 CELLS = len(POLICIES) * 2  # two seeds each
@@ -39,7 +40,7 @@ def inputs() -> GridInputs:
 def reference(inputs, tmp_path_factory) -> dict[str, bytes]:
     """The tiny grid's result files from one uninterrupted run."""
     out = tmp_path_factory.mktemp("reference")
-    run_experiment(seeds=2, out=out, policies=POLICIES, workers=1, inputs=inputs, plots=False)
+    run_experiment(FgdPwr(inputs), FgdPwrConfig(seeds=2, policies=POLICIES), out, workers=1, plots=False)
     return {name: (out / name).read_bytes() for name in RESULT_FILES}
 
 
@@ -59,16 +60,8 @@ class CountingPacker:
 
 
 def run_tiny(inputs, out: Path, execution: Execution | None = None, workers: int = 1, progress=None):
-    return run_experiment(
-        seeds=2,
-        out=out,
-        policies=POLICIES,
-        workers=workers,
-        inputs=inputs,
-        plots=False,
-        execution=execution,
-        progress=progress,
-    )
+    cfg = FgdPwrConfig(seeds=2, policies=POLICIES)
+    return run_experiment(FgdPwr(inputs), cfg, out, workers, execution, progress, plots=False)
 
 
 def result_bytes(out: Path) -> dict[str, bytes]:

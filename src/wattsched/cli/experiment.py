@@ -99,53 +99,6 @@ def _experiments() -> None:
     """Reproduction experiments (policy x seed grids) with tables and plots."""
 
 
-@experiment_app.command("fgd-pwr")
-def fgd_pwr(
-    trace: Annotated[
-        str, typer.Option(help="Alibaba v2023 pod list: default, gpushare40, multigpu20, ...")
-    ] = "default",
-    seeds: Annotated[int, typer.Option(help="runs per policy, seeds 42, 43, ...")] = 10,
-    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/fgd-pwr"),
-    policies: Annotated[
-        str | None,
-        typer.Option(help=escape("comma-separated placement policies [default: the 11 of the papers]")),
-    ] = None,
-    workers: WorkersOption = None,
-    backend: BackendOption = "process",
-    address: AddressOption = None,
-    fresh: FreshOption = False,
-    inflate: Annotated[float, typer.Option(help="arrivals as a multiple of cluster GPU capacity")] = 1.3,
-    data_dir: DataDirOption = None,
-    quiet: QuietOption = False,
-) -> None:
-    """FGD (ATC'23) and PWR (CCGrid'25) packing experiments: allocation, fragmentation, power, GRAR."""
-    from ..experiments.fgd_pwr import check_policies, run_experiment, trace_inputs
-    from ..experiments.grid import parse_list
-
-    names = parse_list(policies) if policies else None
-    with user_errors():
-        execution = grid_execution(backend, address, fresh)
-        if names is not None:
-            check_policies(names)  # fail on a bad name before loading any data
-        inputs = trace_inputs(trace, data_dir)
-        with progress_bar(f"fgd-pwr {inputs.label}", enabled=not quiet) as progress:
-            result = run_experiment(
-                trace=trace,
-                seeds=seeds,
-                out=out,
-                policies=names,
-                workers=workers,
-                data_dir=data_dir,
-                inflate=inflate,
-                progress=progress,
-                inputs=inputs,
-                execution=execution,
-            )
-    s = result.summary
-    console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
-    console.print(f"curves.csv, grid.csv, summary.md and plots in [bold]{result.out}[/]")
-
-
 @experiment_app.command("powerflow")
 def powerflow(
     workload: Annotated[str, typer.Option(help="workload name or CSV path, e.g. pollux/workload-6")],
