@@ -287,11 +287,14 @@ class FgdPwr(Experiment):
         inputs = self.given if self.given is not None else trace_inputs(cfg.trace, cfg.data_dir)
         self.inputs = inputs
         seeds = range(FIRST_SEED, FIRST_SEED + cfg.seeds)
-        runs = sorted(((p, s) for p in names for s in seeds), key=lambda run: _cost_rank(run[0]))
         return [
             Cell({"trace": inputs.label, "placement": p, "seed": s}, task=(p, s, cfg.inflate))
-            for p, s in runs
+            for p in names
+            for s in seeds
         ]
+
+    def start_order(self, cells: Sequence[Cell]) -> list[int]:
+        return sorted(range(len(cells)), key=lambda i: _cost_rank(cells[i].task[0]))  # costliest first
 
     def run_cell(self, cell: Cell) -> Outcome:
         from .compare import _reconstructed

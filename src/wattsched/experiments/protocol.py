@@ -99,6 +99,11 @@ class Experiment(ABC):
     def grid(self, cfg: BaseModel) -> list[Cell]:
         """The runs, in the order their rows are written."""
 
+    def start_order(self, cells: Sequence[Cell]) -> list[int]:
+        """The order the cells start in (longest first keeps the workers busy to the end); the records keep the
+        grid's order whatever it is. By default the grid's order."""
+        return list(range(len(cells)))
+
     def window_group(self, keys: dict[str, Any]) -> Hashable:
         """Which runs are compared with one another, and so charged over one common window (all by default;
         e.g. one group per cluster size where runs on different clusters are never compared)."""
@@ -222,7 +227,10 @@ def run_experiment(
     cells = experiment.grid(cfg)  # checks the settings first: a bad one leaves no directory behind
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [(i,) for i in range(len(cells))]
+    order = experiment.start_order(cells)
+    if sorted(order) != list(range(len(cells))):
+        raise ValueError(f"{experiment.name}: start_order must order every cell once")
+    tasks = [(i,) for i in order]
     done = run_tasks(_run_cell, (experiment, cells), tasks, workers, progress, out, execution)
     outcomes = [o for _, o in sorted(done.results, key=lambda r: r[0])]
     window = experiment.charge(cells, outcomes)
@@ -239,7 +247,10 @@ def run_experiment(
     figures: list[Path] = []
     if plots:
         figures = plots_if_available(lambda: experiment.plots(cfg, records, outcomes, out)) or []
-    write_text(files[1], render_summary(experiment, cfg, records, window, figures, outcomes))
+    backend = (execution or Execution()).backend
+    wall = time.perf_counter() - started
+    ran = f"{len(cells)} cells in {wall:,.1f} s on {done.workers} worker(s), {backend} backend."
+    write_text(files[1], render_summary(experiment, cfg, records, window, figures, outcomes, ran))
     grid_done(out)
     return ProtocolResult(
         out, records, [*files, *own, *figures], window, time.perf_counter() - started, done.workers, outcomes
@@ -268,6 +279,7 @@ def render_summary(
     window: str,
     plots: Sequence[Path] = (),
     outcomes: Sequence[Outcome] = (),
+    ran: str = "",
 ) -> str:
     """``summary.md`` of any protocol experiment: what it is, its settings, its finding, its own sections, every
     run's figures under the comparison's metric names, the accounting window and the reconstructions it ran."""
@@ -277,6 +289,8 @@ def render_summary(
     lines = [f"# {experiment.name}", "", experiment.description, ""]
     settings = cfg.model_dump(mode="json")
     lines += ["Settings: " + ", ".join(f"`{k}={_plain(v)}`" for k, v in settings.items()), ""]
+    if ran:
+        lines += [f"Ran {ran}", ""]
     headline = experiment.headline(cfg, records)
     if headline:
         lines += [*headline, ""]
