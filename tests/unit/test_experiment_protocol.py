@@ -157,15 +157,16 @@ def test_own_columns_follow_the_metrics_and_windows_follow_the_groups(tmp_path):
 
 
 def test_an_experiment_without_matplotlib_writes_its_tables_and_logs_the_skip(tmp_path, monkeypatch, caplog):
-    """matplotlib is the [plots] extra: without it an experiment (here hkbu-dag, written before the protocol)
-    finishes with its tables and summary, no figures, and says why in one log line."""
+    """matplotlib is the [plots] extra: without it an experiment (here hkbu-dag) finishes with its tables and
+    summary, no figures, and says why in one log line."""
     from wattsched.experiments import report
-    from wattsched.experiments.hkbu_dag import run_experiment as run_hkbu_dag
+    from wattsched.experiments.hkbu_dag import HkbuDagConfig
 
     monkeypatch.setattr(report, "plots_available", lambda: False)
-    result = run_hkbu_dag(placements=["ssf"], picks=["lwf"], modes=["adadual", "unaware"], seeds=1, num_jobs=20,
-                          nodes=4, out=tmp_path, workers=1)  # fmt: skip
+    cfg = HkbuDagConfig(placements=["ssf"], picks=["lwf"], comm_modes=["adadual", "unaware"], seeds=1, jobs=20,
+                        nodes=4)  # fmt: skip
+    result = run_experiment(EXPERIMENTS.create("hkbu-dag"), cfg, tmp_path, workers=1)
     assert (tmp_path / "results.csv").is_file() and (tmp_path / "summary.md").is_file()
-    assert not list(tmp_path.glob("*.png"))
-    assert not result.summary.get("plots")
+    assert not list(tmp_path.glob("*.png")) and not [p for p in result.files if p.suffix == ".png"]
+    assert "![" not in (tmp_path / "summary.md").read_text()
     assert report.PLOTS_SKIPPED in caplog.text

@@ -449,64 +449,6 @@ def hkbu_dvfs(
     console.print(f"results.csv, savings.csv, summary.md, summary.json and plots in [bold]{result.out}[/]")
 
 
-@experiment_app.command("hkbu-dag")
-def hkbu_dag(
-    placements: Annotated[
-        str, typer.Option(help="comma-separated placement policies: ssf, sf, stf, blf, random")
-    ] = "ssf,sf,stf,blf,random",
-    picks: Annotated[
-        str, typer.Option(help="comma-separated GPU picks: lwf (= lwf2), lwfN, lswf, lgwf, bp, random")
-    ] = "lwf,lswf,lgwf,bp,random",
-    comm_modes: Annotated[
-        str, typer.Option(help="comma-separated comm admission: adadual, exclusive, unaware, thres-N")
-    ] = "adadual,exclusive,unaware",
-    seeds: Annotated[int, typer.Option(help="job sets per configuration, seeds 42, 43, ...")] = 3,
-    generator: Annotated[
-        str, typer.Option(help="job generator: microsoft (Philly-like) or random")
-    ] = "microsoft",
-    jobs: Annotated[int, typer.Option(help="jobs per job set (upstream: 160)", min=1)] = 160,
-    nodes: Annotated[int, typer.Option(help="nodes (upstream: 16)", min=1)] = 16,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (upstream: 4)", min=1)] = 4,
-    power_model: Annotated[str, typer.Option(help="power model: linear, binary or dvfs")] = "linear",
-    comm_load: Annotated[
-        float, typer.Option(help="GPU load while a GPU only all-reduces (reconstructed)", min=0.0, max=1.0)
-    ] = 0.2,
-    gpu_mem_mb: Annotated[float, typer.Option(help="GPU memory in MB (upstream: 32768)", min=1.0)] = 32768.0,
-    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-dag"),
-    workers: WorkersOption = None,
-    backend: BackendOption = "process",
-    address: AddressOption = None,
-    fresh: FreshOption = False,
-    quiet: QuietOption = False,
-) -> None:
-    """HKBU ICDCS'20 DAG scheduling: AdaDUAL + SRSF vs contention-unaware comm, per placement and GPU pick."""
-    from ..experiments.grid import parse_list
-    from ..experiments.hkbu_dag import check_names, run_experiment
-
-    with user_errors():
-        execution = grid_execution(backend, address, fresh)
-        names = check_names(parse_list(placements), parse_list(picks), parse_list(comm_modes))
-        with progress_bar("hkbu-dag", enabled=not quiet) as progress:
-            result = run_experiment(
-                placements=names[0], picks=names[1], modes=names[2], seeds=seeds, generator=generator,
-                num_jobs=jobs, nodes=nodes, gpus_per_node=gpus_per_node, power_model=power_model,
-                comm_load=comm_load, gpu_mem_mb=gpu_mem_mb, out=out, workers=workers, progress=progress,
-                execution=execution,
-            )  # fmt: skip
-    s = result.summary
-    console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
-    for mode, r in s["overall"].items():
-        console.print(
-            f"  {mode:10s} mean JCT {r['mean_jct_ms'] / 1000:.2f} s, p99 {r['p99_jct_ms'] / 1000:.2f} s, "
-            f"makespan {r['makespan_ms'] / 1000:.2f} s, energy {r['energy_kj']:.0f} kJ"
-        )
-    w = s["adadual_wins"]
-    console.print(
-        f"  adadual beats unaware on mean JCT in {w['lower_mean_jct']} of {w['configs']} configurations"
-    )
-    console.print(f"results.csv, summary.json, summary.md and plots in [bold]{result.out}[/]")
-
-
 @experiment_app.command("hkbu-online-pd")
 def hkbu_online_pd(
     instances: Annotated[int, typer.Option(help="random small instances (seeds 0, 1, ...)", min=1)] = 120,
