@@ -387,68 +387,6 @@ def cedla(
     console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")
 
 
-@experiment_app.command("hkbu-dvfs")
-def hkbu_dvfs(
-    models: Annotated[
-        str, typer.Option(help="comma-separated task models: 2070S, 1080Ti, tpds-synthetic")
-    ] = "2070S,1080Ti,tpds-synthetic",
-    modes: Annotated[str, typer.Option(help="comma-separated: offline, online")] = "offline,online",
-    utilisations: Annotated[
-        str, typer.Option(help="comma-separated task-set utilisations U (tasks per GPU)")
-    ] = "0.2,0.4,0.6,0.8,1.0,1.2,1.4,1.6",
-    seeds: Annotated[int, typer.Option(help="task sets per point, seeds 42, 43, ...")] = 3,
-    gpus: Annotated[int, typer.Option(help="cluster GPUs: a set has U x GPUs tasks (upstream: 2048)")] = 512,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (the paper: 16)")] = 16,
-    theta: Annotated[
-        float,
-        typer.Option(help="t_theta = max(theta x t_hat, t_min); 1 never theta-adjusts (upstream scripts)"),
-    ] = 0.0,
-    trace: Annotated[
-        str,
-        typer.Option(help="DL trace for the simulator part ('none' to skip): hkbu-dvfs vs default clocks"),
-    ] = "philly",
-    trace_cluster: Annotated[
-        str, typer.Option(help="cluster of the trace part (rewritten to each GPU type)")
-    ] = ("philly"),
-    trace_jobs: Annotated[int, typer.Option(help="first N jobs of the trace (0: all)", min=0)] = 5000,
-    trace_gpus: Annotated[str, typer.Option(help="comma-separated GPU types for the trace part")] = (
-        "P100,V100,A40,RTX6000"
-    ),
-    deadline_slack: Annotated[
-        float, typer.Option(help="trace deadlines at submit + slack x duration (reconstructed)")
-    ] = 3.0,
-    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/hkbu-dvfs"),
-    columns: ColumnsOption = None,
-    workers: WorkersOption = None,
-    backend: BackendOption = "process",
-    address: AddressOption = None,
-    fresh: FreshOption = False,
-    data_dir: DataDirOption = None,
-    quiet: QuietOption = False,
-) -> None:
-    """HKBU-DVFS list scheduling (TPDS'22): energy vs U per combination, DVFS and DRS on/off, deadline satisfaction."""
-    from ..experiments.grid import parse_list
-    from ..experiments.hkbu_dvfs import TraceSetup, run_experiment, saving_lines
-
-    with user_errors():
-        execution = grid_execution(backend, address, fresh)
-        us = parse_numbers(utilisations, float, "--utilisations", "0.2,0.4")
-        with progress_bar("hkbu-dvfs", enabled=not quiet) as progress:
-            result = run_experiment(
-                out, models=parse_list(models), modes=parse_list(modes), utilisations=us, seeds=seeds, gpus=gpus,
-                gpus_per_node=gpus_per_node, theta=theta, workers=workers, progress=progress,
-                trace=None if trace == "none" else TraceSetup(
-                    trace, trace_cluster, trace_jobs or None, deadline_slack, data_dir, column_mapping(columns)
-                ),
-                trace_gpus=parse_list(trace_gpus), execution=execution,
-            )  # fmt: skip
-    s = result.summary
-    console.print(f"{s['task_sets']} task sets, {s['runs']} schedules in {s['wall_s']:.1f} s")
-    for line in saving_lines(s):
-        console.print(line)
-    console.print(f"results.csv, savings.csv, summary.md, summary.json and plots in [bold]{result.out}[/]")
-
-
 @experiment_app.command("hkbu-online-pd")
 def hkbu_online_pd(
     instances: Annotated[int, typer.Option(help="random small instances (seeds 0, 1, ...)", min=1)] = 120,
