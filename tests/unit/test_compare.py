@@ -25,7 +25,9 @@ from typer.testing import CliRunner
 from wattsched.cli.main import app
 from wattsched.core.errors import WattschedError
 from wattsched.experiments.compare import DELTA_SUFFIX, MISSING, comparison, format_delta
-from wattsched.experiments.hkbu_dag import run_experiment as run_hkbu_dag
+from wattsched.experiments.hkbu_dag import HkbuDagConfig
+from wattsched.experiments.protocol import EXPERIMENTS as PROTOCOL_EXPERIMENTS
+from wattsched.experiments.protocol import run_experiment
 
 runner = CliRunner()
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "fixtures" / "compare"
@@ -138,21 +140,26 @@ def test_a_directory_of_runs_gives_each_run(runs, tmp_path):
 
 def test_an_experiment_directory_lists_its_runs(tmp_path):
     out = tmp_path / "dag"
-    run_hkbu_dag(
-        placements=["ssf"], picks=["lwf", "bp"], seeds=1, num_jobs=20, out=out, workers=1, plots=False
-    )
-    results = pd.read_csv(out / "results.csv")
+    cfg = HkbuDagConfig(placements=["ssf"], picks=["lwf", "bp"], seeds=1, jobs=20)
+    run_experiment(PROTOCOL_EXPERIMENTS.create("hkbu-dag"), cfg, out, workers=1, plots=False)
+    records = pd.read_csv(out / "records.csv")
+    keys = ["placement", "gpu_pick", "comm", "seed"]
+    results = records[keys].merge(
+        pd.read_csv(out / "results.csv"), on=keys, how="left"
+    )  # in the records' order
     frame = comparison([out])
-    assert len(frame) == len(results) == 6  # 2 picks x 3 comm modes
+    assert len(frame) == len(records) == len(results) == 6  # 2 picks x 3 comm modes
     assert set(frame["experiment"]) == {"hkbu-dag"} and frame["reconstructed"].all()
+    assert frame["basis"].str.startswith("hkbu-dag: HKBU-HPML/dl-scheduling").all()
     labels = [
         f"{out} placement=ssf gpu_pick={r.gpu_pick} comm={r.comm} seed=42" for r in results.itertuples()
     ]
     assert list(frame["run"]) == labels
     assert list(frame["policy"]) == [f"ssf+{r.gpu_pick} {r.comm}" for r in results.itertuples()]
-    np.testing.assert_allclose(frame["energy_kwh"], results["energy_kj"] / 3600)
-    np.testing.assert_allclose(frame["jct_mean_s"], results["mean_jct_ms"] / 1000)
-    np.testing.assert_allclose(frame["makespan_s"], results["makespan_ms"] / 1000)
+    np.testing.assert_allclose(frame["energy_kwh"], results["energy_kj"] / 3600, rtol=1e-5)
+    np.testing.assert_allclose(frame["jct_mean_s"], results["mean_jct_ms"] / 1000, rtol=1e-5)
+    np.testing.assert_allclose(frame["makespan_s"], results["makespan_ms"] / 1000, rtol=1e-5)
+    np.testing.assert_allclose(frame["queue_delay_mean_s"], results["mean_queue_ms"] / 1000, atol=1e-6)
 
 
 # (directory, per-run table, rows, {row label suffix: {column: value}}, reconstructed policies)

@@ -388,23 +388,40 @@ def test_policy_names_are_checked():
 
 
 def test_experiment_command_writes_results(tmp_path):
+    import pandas as pd
     from typer.testing import CliRunner
 
     from wattsched.cli.main import app
+    from wattsched.experiments.compare import rows_of
 
     out = tmp_path / "h2"
     args = ["experiment", "hkbu-dag", "--placements", "ssf", "--picks", "lwf,bp", "--seeds", "2", "--jobs", "40",
             "--nodes", "8", "--workers", "1", "--quiet", "--out", str(out)]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "adadual" in res.output and "unaware" in res.output
-    df = __import__("pandas").read_csv(out / "results.csv")
+    assert (
+        "adadual" in res.output and "unaware" in res.output and "beats `unaware` on mean JCT in" in res.output
+    )
+    df = pd.read_csv(out / "results.csv")
     assert len(df) == 1 * 2 * 3 * 2
     assert (df.loc[df.comm == "adadual", "max_comm_per_node"] <= 2).all()
     s = json.loads((out / "summary.json").read_text())
     assert set(s["overall"]) == {"adadual", "exclusive", "unaware"}
     assert (out / "summary.md").read_text().count("| ssf |") >= 2
     assert (out / "jct_cdf.png").stat().st_size > 0 and (out / "policies.png").stat().st_size > 0
+    # The shared records: one per run, in the grid's order, read by `compare` with its metrics and labels.
+    records = pd.read_csv(out / "records.csv")
+    keys = ["placement", "gpu_pick", "comm", "seed"]
+    assert list(records.columns[1:6]) == [*keys, "policy"]
+    runs = records[keys].merge(df, on=keys, how="left")
+    rows = rows_of(out)
+    assert [r["policy"] for r in rows] == [
+        f"ssf+{g} {m}" for g, m in zip(runs.gpu_pick, runs.comm, strict=True)
+    ]
+    assert all(r["reconstructed"] and r["basis"].startswith("hkbu-dag: ") for r in rows)
+    np.testing.assert_allclose([r["energy_kwh"] for r in rows], runs.energy_kj / 3600, rtol=1e-5)
+    np.testing.assert_allclose([r["jct_mean_s"] for r in rows], runs.mean_jct_ms / 1000, rtol=1e-5)
+    np.testing.assert_allclose([r["makespan_s"] for r in rows], runs.makespan_ms / 1000, rtol=1e-5)
 
 
 def test_experiment_errors_are_one_line(tmp_path):
@@ -412,13 +429,18 @@ def test_experiment_errors_are_one_line(tmp_path):
 
     from wattsched.cli.main import app
 
-    res = CliRunner().invoke(
-        app, ["experiment", "hkbu-dag", "--comm-modes", "adadual", "--out", str(tmp_path)]
-    )
-    assert res.exit_code != 0 and "must include adadual and unaware" in res.output
-    res = CliRunner().invoke(app, ["experiment", "hkbu-dag", "--picks", "xyz", "--out", str(tmp_path)])
-    assert res.exit_code != 0 and "unknown GPU pick 'xyz'" in res.output
-    assert "Traceback" not in res.output
+    def run(*args):
+        res = CliRunner().invoke(app, ["experiment", "hkbu-dag", *args, "--quiet", "--out", str(tmp_path)])
+        assert res.exit_code != 0 and "Traceback" not in res.output
+        assert len(res.output.strip().splitlines()) == 1, res.output
+        return res.output
+
+    assert "must include adadual and unaware" in run("--comm-modes", "adadual")
+    assert "unknown GPU pick 'xyz'" in run("--picks", "xyz")
+    assert "--seeds must be at least 1, got 0" in run("--seeds", "0")
+    assert "--jobs: Input should be greater than or equal to 1" in run("--jobs", "0")
+    assert "--comm-load: Input should be less than or equal to 1" in run("--comm-load", "2")
+    assert "DAG job generator" in run("--generator", "nope")
 
 
 # -- real data -----------------------------------------------------------------------------------------------

@@ -1,12 +1,17 @@
-"""`wattsched experiment hkbu-dag`: contention-aware comm scheduling of DAG jobs vs the same placements without it.
+"""The `hkbu-dag` experiment: contention-aware comm scheduling of DAG jobs against the same placements without it.
 
 The HKBU ICDCS'20 scheduler (Wang, Shi, Wang, Chu; simulator `HKBU-HPML/dl-scheduling`, docs/hkbu-dag.md) runs
-every job as per-iteration DAGs on the simulator of `policies/hkbu_dag.py`. Each run fixes a placement policy
-(`ssf`, `sf`, `stf`, `blf`, `random`), a GPU pick (`lwf`, `lswf`, `lgwf`, `bp`, `random`) and a comm admission mode:
+every job as per-iteration DAGs on the simulator of `policies/hkbu_dag.py` (the experiment's own simulator: each
+cell is a task of its own, carried out by :meth:`HkbuDag.run_cell`). Each run fixes a placement policy (`ssf`,
+`sf`, `stf`, `blf`, `random`), a GPU pick (`lwf`, `lswf`, `lgwf`, `bp`, `random`) and a comm admission mode:
 `adadual` (AdaDUAL, threshold 1, SRSF order: the contention-aware scheduler), `exclusive` (threshold 0, one comm
 task per node) or `unaware` (every comm task starts at once: no contention awareness). Tasks run in SRSF order in
 all of them. Every (placement, pick, mode) sees the same job sets (one per seed, the `microsoft_generate`
-reconstruction). Outputs in DIR: ``results.csv`` (one row per run), ``summary.json``, ``summary.md`` and PNG plots.
+reconstruction). The simulator has no power tail, so no common window applies.
+
+Outputs in DIR: ``records.csv`` (the shared run records), ``results.csv`` (one row per run, the simulator's own
+figures in ms and kJ), ``summary.json`` (the means per configuration and the AdaDUAL-vs-unaware changes),
+``summary.md``, ``config.yaml`` and the plots ``jct_cdf.png`` and ``policies.png``.
 """
 
 from __future__ import annotations
@@ -20,14 +25,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.atomic import write_json, write_text
+from ..core.atomic import write_json
 from ..core.errors import UnknownNameError, WattschedError
 from ..policies.hkbu_dag import (
-    COMM_MODES,
     DEFAULT_COMM_LOAD,
-    GPU_PICKS,
-    PLACEMENT_ORDERS,
     DagCluster,
     check_placement,
     comm_policy,
@@ -35,16 +38,47 @@ from ..policies.hkbu_dag import (
     simulate_dag,
 )
 from ..workloads.hkbu_dag import GENERATORS, UPSTREAM_JOBS, generate
-from .grid import ExperimentResult, machine_description, plots_if_available, save_figure, write_results
-from .parallel import FIRST_SEED, Execution, ProgressFn, grid_done, run_tasks
+from .grid import machine_description, save_figure, write_results
+from .parallel import FIRST_SEED
+from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
 
 AWARE = "adadual"
 UNAWARE = "unaware"
+DEFAULT_PLACEMENTS = ("ssf", "sf", "stf", "blf", "random")
+DEFAULT_PICKS = ("lwf", "lswf", "lgwf", "bp", "random")
 DEFAULT_MODES = ("adadual", "exclusive", "unaware")
 CDF_REFERENCE = ("ssf", "lwf")  # the placement and pick whose JCT distribution is plotted per mode
+ALLOCATION = "hkbu-dag"  # the registered allocation policy of these rules (for the reconstruction mark)
 # The upstream repository's README is one line ("# dl_scheduling") and its docs state no result; the paper text was
 # not read (docs/hkbu-dag.md §7). Nothing to print beside the measured figures.
 PUBLISHED_CLAIMS: dict[str, str] = {}
+
+
+class HkbuDagConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    placements: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PLACEMENTS),
+        description="comma-separated placement policies: ssf, sf, stf, blf, random",
+    )
+    picks: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PICKS),
+        description="comma-separated GPU picks: lwf (= lwf2), lwfN, lswf, lgwf, bp, random",
+    )
+    comm_modes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_MODES),
+        description="comma-separated comm admission: adadual, exclusive, unaware, thres-N",
+    )
+    seeds: int = Field(3, description="job sets per configuration, seeds 42, 43, ...")
+    generator: str = Field("microsoft", description="job generator: microsoft (Philly-like) or random")
+    jobs: int = Field(UPSTREAM_JOBS, ge=1, description="jobs per job set (upstream: 160)")
+    nodes: int = Field(16, ge=1, description="nodes (upstream: 16)")
+    gpus_per_node: int = Field(4, ge=1, description="GPUs per node (upstream: 4)")
+    power_model: str = Field("linear", description="power model: linear, binary or dvfs")
+    comm_load: float = Field(
+        DEFAULT_COMM_LOAD, ge=0.0, le=1.0, description="GPU load while a GPU only all-reduces (reconstructed)"
+    )
+    gpu_mem_mb: float = Field(32768.0, ge=1.0, description="GPU memory in MB (upstream: 32768)")
 
 
 @dataclass(frozen=True)
@@ -65,6 +99,11 @@ class Setup:
 
     def jobs(self, seed: int):
         return generate(self.generator, self.num_jobs, seed, max_workers=self.cluster.num_gpus)
+
+    @classmethod
+    def of(cls, cfg: HkbuDagConfig) -> Setup:
+        return cls(cfg.generator, cfg.jobs, cfg.nodes, cfg.gpus_per_node, cfg.power_model, cfg.comm_load,
+                   cfg.gpu_mem_mb)  # fmt: skip
 
 
 @dataclass
@@ -146,59 +185,96 @@ def check_names(
     return list(dict.fromkeys(placements)), list(dict.fromkeys(picks)), list(dict.fromkeys(modes))
 
 
-def run_experiment(
-    placements: Sequence[str] | None = None,
-    picks: Sequence[str] | None = None,
-    modes: Sequence[str] = DEFAULT_MODES,
-    seeds: int = 3,
-    generator: str = "microsoft",
-    num_jobs: int = UPSTREAM_JOBS,
-    nodes: int = 16,
-    gpus_per_node: int = 4,
-    power_model: str = "linear",
-    comm_load: float = DEFAULT_COMM_LOAD,
-    gpu_mem_mb: float = 32768.0,
-    out: str | Path = "runs/hkbu-dag",
-    workers: int | None = None,
-    progress: ProgressFn | None = None,
-    plots: bool = True,
-    execution: Execution | None = None,
-) -> ExperimentResult:
-    """Every placement x GPU pick x comm mode x seed; write results.csv, summary.json, summary.md and plots."""
-    from ..energy.power_models import POWER_MODELS
+def _bases() -> list[str]:
+    from .compare import _reconstructed  # the mark compare gave this experiment's runs before the protocol
 
-    started = time.perf_counter()
-    placements_, picks_, modes_ = check_names(
-        list(placements) if placements is not None else list(PLACEMENT_ORDERS),
-        list(picks) if picks is not None else list(GPU_PICKS),
-        modes,
+    return _reconstructed({"allocation": ALLOCATION})
+
+
+@EXPERIMENTS.register("hkbu-dag")
+class HkbuDag(Experiment):
+    name = "hkbu-dag"
+    description = (
+        "HKBU ICDCS'20 DAG scheduling: AdaDUAL + SRSF against contention-unaware comm, per placement and GPU "
+        "pick, on wattsched's event-driven reimplementation of `HKBU-HPML/dl-scheduling` (`online/`)."
     )
-    if seeds < 1:
-        raise WattschedError(f"--seeds must be at least 1, got {seeds}")
-    if generator not in GENERATORS:
-        raise UnknownNameError("DAG job generator", generator, GENERATORS)
-    if power_model not in POWER_MODELS.names():
-        raise UnknownNameError("power model", power_model, POWER_MODELS.names())
-    setup = Setup(generator, num_jobs, nodes, gpus_per_node, power_model, comm_load, gpu_mem_mb)
-    setup.jobs(FIRST_SEED)  # fail early on a bad job count or cluster
-    simulate_dag(setup.jobs(FIRST_SEED), setup.cluster, comm_load=comm_load, power_model=power_model,
-                 placement=placements_[0], gpu_pick=picks_[0], comm=modes_[0])  # fmt: skip
-    seed_list = list(range(FIRST_SEED, FIRST_SEED + seeds))
-    tasks = [(p, g, m, s) for p in placements_ for g in picks_ for m in modes_ for s in seed_list]
-    execution = execution or Execution()
-    records, workers = run_tasks(run_task, setup, tasks, workers, progress, out, execution)
-    grid_wall = time.perf_counter() - started
-    results = results_frame(records)
-    out = write_results(out, results)
-    summary = summarise(setup, records, results, workers, grid_wall, seed_list)
-    summary["backend"] = execution.backend
-    if plots:
-        summary["plots"] = plots_if_available(write_plots, out, records, summary)
-    summary["wall_s"] = time.perf_counter() - started
-    write_json(out / "summary.json", summary)
-    write_text(out / "summary.md", render_summary(summary))
-    grid_done(out)
-    return ExperimentResult(out, results, summary, records)
+    config_model = HkbuDagConfig
+
+    def grid(self, cfg: BaseModel) -> list[Cell]:
+        """Every placement x GPU pick x comm mode x seed; checked first, as the hand-written command did."""
+        from ..energy.power_models import POWER_MODELS
+
+        assert isinstance(cfg, HkbuDagConfig)
+        placements, picks, modes = check_names(cfg.placements, cfg.picks, cfg.comm_modes)
+        if cfg.seeds < 1:
+            raise WattschedError(f"--seeds must be at least 1, got {cfg.seeds}")
+        if cfg.generator not in GENERATORS:
+            raise UnknownNameError("DAG job generator", cfg.generator, GENERATORS)
+        if cfg.power_model not in POWER_MODELS.names():
+            raise UnknownNameError("power model", cfg.power_model, POWER_MODELS.names())
+        setup = Setup.of(cfg)
+        setup.jobs(FIRST_SEED)  # fail early on a bad job count or cluster
+        simulate_dag(setup.jobs(FIRST_SEED), setup.cluster, comm_load=cfg.comm_load, power_model=cfg.power_model,
+                     placement=placements[0], gpu_pick=picks[0], comm=modes[0])  # fmt: skip
+        seeds = range(FIRST_SEED, FIRST_SEED + cfg.seeds)
+        return [
+            Cell({"placement": p, "gpu_pick": g, "comm": m, "seed": s}, task=(setup, p, g, m, s))
+            for p in placements
+            for g in picks
+            for m in modes
+            for s in seeds
+        ]
+
+    def run_cell(self, cell: Cell) -> Outcome:
+        r = run_task(*cell.task)
+        metrics = {
+            "energy_kwh": r.energy_kj / 3600,
+            "jct_mean_s": r.mean_jct_ms * 1e-3,
+            "queue_delay_mean_s": r.mean_queue_ms * 1e-3,
+            "makespan_s": r.makespan_ms * 1e-3,
+        }
+        # to the millisecond, as the simulator's times are meant (the summary's table shows these as they are)
+        extra = {"p99_jct_s": round(r.p99_jct_ms * 1e-3, 3), "max_comm_per_node": r.max_comm_per_node}
+        return Outcome(metrics, f"{r.placement}+{r.gpu_pick} {r.comm}", _bases(), extra, raw=r)
+
+    def tables(
+        self, cfg: BaseModel, cells: Sequence[Cell], outcomes: Sequence[Outcome], out: Path
+    ) -> list[Path]:
+        records = [o.raw for o in outcomes]
+        results = results_frame(records)
+        write_results(out, results)
+        write_json(out / "summary.json", summarise(_setup(cfg), records, results))
+        return [out / "results.csv", out / "summary.json"]
+
+    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+        configs = records.groupby(["placement", "gpu_pick", "comm"], sort=False)["jct_mean_s"].mean()
+        per = configs.unstack("comm")
+        wins = int((per[AWARE] < per[UNAWARE]).sum())
+        lines = [
+            f"**AdaDUAL beats `{UNAWARE}` on mean JCT in {wins} of {len(per)} placement x GPU-pick "
+            "configurations** (seed means). Means over every placement x GPU pick x seed:"
+        ]
+        for mode, g in records.groupby("comm", sort=False):
+            lines.append(
+                f"- `{mode}`: mean JCT {g['jct_mean_s'].mean():.2f} s, p99 {g['p99_jct_s'].mean():.2f} s, "
+                f"makespan {g['makespan_s'].mean():.2f} s, energy {g['energy_kwh'].mean() * 3600:.0f} kJ"
+            )
+        return lines
+
+    def sections(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[Section]:
+        runs = [o.raw for o in outcomes]
+        return summary_sections(summarise(_setup(cfg), runs, results_frame(runs)))
+
+    def plots(
+        self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome], out: Path
+    ) -> list[Path]:
+        runs = [o.raw for o in outcomes]
+        return write_plots(out, runs, summarise(_setup(cfg), runs, results_frame(runs)))
+
+
+def _setup(cfg: BaseModel) -> Setup:
+    assert isinstance(cfg, HkbuDagConfig)
+    return Setup.of(cfg)
 
 
 def results_frame(records: list[RunRecord]) -> pd.DataFrame:
@@ -219,7 +295,8 @@ def _pct(new: float, old: float) -> float:
     return 100.0 * (new / old - 1.0) if old else 0.0
 
 
-def summarise(setup: Setup, records, results: pd.DataFrame, workers: int, grid_wall: float, seeds) -> dict:
+def summarise(setup: Setup, records: Sequence[RunRecord], results: pd.DataFrame) -> dict:
+    """Means (and sample std) per configuration, AdaDUAL against unaware per placement and pick, every mode pooled."""
     per: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for (p, g, m), grp in results.groupby(["placement", "gpu_pick", "comm"], sort=False):
         row: dict[str, Any] = {}
@@ -249,15 +326,13 @@ def summarise(setup: Setup, records, results: pd.DataFrame, workers: int, grid_w
     return {
         "setup": asdict(setup),
         "cluster": f"{setup.nodes} nodes x {setup.gpus_per_node} GPUs (V100, {setup.gpu_mem_mb:,.0f} MB)",
-        "seeds": seeds,
+        "seeds": sorted({int(r.seed) for r in records}),
         "per": per,
         "versus": versus,
         "overall": overall,
         "adadual_wins": {"configs": len(changes), "lower_mean_jct": wins},
         "published_claims": PUBLISHED_CLAIMS or None,
         "runs": len(records),
-        "workers": workers,
-        "grid_wall_s": grid_wall,
         "summed_run_s": float(sum(r.wall_s for r in records)),
         "machine": machine_description(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
@@ -268,113 +343,101 @@ def _s(ms: float) -> str:
     return f"{ms / 1000:.2f}"
 
 
-def render_summary(s: dict[str, Any]) -> str:
+def _pm(r: dict[str, Any], key: str, fmt) -> str:
+    sd = r[key + "_std"]
+    return fmt(r[key]) + ("" if sd is None else f" ± {fmt(sd)}")
+
+
+def summary_sections(s: dict[str, Any]) -> list[Section]:
+    """The parts of summary.md of this experiment's own: its setup, AdaDUAL against unaware per configuration, the
+    seed means with their spread, and what differs from upstream (the shared runs table lists every run)."""
     setup = s["setup"]
     modes = list(next(iter(next(iter(s["per"].values())).values())))
-    lines = [
-        "# HKBU contention-aware DAG scheduling: AdaDUAL + SRSF vs contention-unaware comm",
-        "",
-        "Simulator: wattsched's event-driven reimplementation of `HKBU-HPML/dl-scheduling` (`online/`), ICDCS 2020 "
-        "(Wang, Shi, Wang, Chu). Per-iteration DAG jobs; comm speed 1/((k-1)·0.235 + 0.856·k) MB/ms with k comm "
-        "tasks on the busiest node of the job, recomputed whenever k changes (docs/hkbu-dag.md §3).",
-        "",
-        "## Setup",
-        "",
-        f"- Jobs: `{setup['generator']}` generator, {setup['num_jobs']} jobs per seed (seeds "
-        f"{', '.join(map(str, s['seeds']))}); the same job set for every configuration of a seed.",
-        f"- Cluster: {s['cluster']}. Energy: power model `{setup['power_model']}`, GPU busy at the job's "
-        f"utilisation during forward/backward, at load {setup['comm_load']:g} while only all-reducing, idle "
-        "otherwise; nodes add base + idle CPU for the makespan (reconstructed, docs/hkbu-dag.md §5).",
-        "- Comm modes: `adadual` = AdaDUAL (threshold 1) in SRSF order, the contention-aware scheduler; "
-        "`exclusive` = threshold 0 (one comm task per node at a time); `unaware` = every comm task starts at "
-        "once. Compute tasks run SRSF in every mode.",
-        f"- **Wall time: {s['wall_s']:.1f} s** ({s['runs']} runs on {s['workers']} worker(s) of the "
-        f"{s.get('backend', 'process')} backend, "
-        f"{s['summed_run_s']:.1f} s summed over runs); machine: {s['machine']}; load average at the end "
-        f"{' / '.join(f'{x:.2f}' for x in s['load_average'] or [])}.",
-        "",
-        "## Headline (means over every placement x GPU pick x seed)",
-        "",
-        "| comm mode | mean JCT (s) | p99 JCT (s) | makespan (s) | energy (kJ) |",
-        "|---|---|---|---|---|",
-    ]
-    for m, r in s["overall"].items():
-        lines.append(
-            f"| {m} | {_s(r['mean_jct_ms'])} | {_s(r['p99_jct_ms'])} | {_s(r['makespan_ms'])} "
-            f"| {r['energy_kj']:.0f} |"
-        )
-    w = s["adadual_wins"]
-    lines += [
-        "",
-        f"AdaDUAL gives a lower mean JCT than `unaware` in {w['lower_mean_jct']} of {w['configs']} placement x "
-        "GPU-pick configurations.",
-        "",
-        "## AdaDUAL vs unaware, per placement and GPU pick (change of the seed means)",
-        "",
-        "A placement policy only orders the jobs waiting for GPU memory; with the upstream 32 GB GPUs (up to seven "
-        "workers each) nearly every job is placed on arrival, so the placement policies give (nearly) the same "
-        "runs and the GPU pick decides. `--gpu-mem-mb` makes memory scarce.",
-        "",
-        "| placement | GPU pick | mean JCT adadual (s) | mean JCT unaware (s) | mean JCT | p99 JCT | makespan "
-        "| energy |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for p, rows in s["versus"].items():
-        for g, v in rows.items():
-            a, u = s["per"][p][g][AWARE], s["per"][p][g][UNAWARE]
-            lines.append(
-                f"| {p} | {g} | {_s(a['mean_jct_ms'])} | {_s(u['mean_jct_ms'])} "
-                f"| **{v['mean_jct_change_pct']:+.1f} %** | {v['p99_jct_change_pct']:+.1f} % "
-                f"| {v['makespan_change_pct']:+.1f} % | {v['energy_change_pct']:+.1f} % |"
-            )
-    lines += [
-        "",
-        "## Every configuration (means over seeds ± sample std)",
-        "",
-        "| placement | GPU pick | comm | mean JCT (s) | p50 JCT (s) | p99 JCT (s) | makespan (s) | energy (kJ) "
-        "| mean comm task (ms) | most comm tasks on a node |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+    versus = pd.DataFrame(
+        [
+            {
+                "placement": p, "GPU pick": g,
+                "mean JCT adadual (s)": _s(s["per"][p][g][AWARE]["mean_jct_ms"]),
+                "mean JCT unaware (s)": _s(s["per"][p][g][UNAWARE]["mean_jct_ms"]),
+                "mean JCT": f"**{v['mean_jct_change_pct']:+.1f} %**", "p99 JCT": f"{v['p99_jct_change_pct']:+.1f} %",
+                "makespan": f"{v['makespan_change_pct']:+.1f} %", "energy": f"{v['energy_change_pct']:+.1f} %",
+            }
+            for p, rows in s["versus"].items()
+            for g, v in rows.items()
+        ]
+    )  # fmt: skip
+    every = pd.DataFrame(
+        [
+            {
+                "placement": p, "GPU pick": g, "comm": m,
+                "mean JCT (s)": _pm(r, "mean_jct_ms", _s), "p50 JCT (s)": _s(r["p50_jct_ms"]),
+                "p99 JCT (s)": _s(r["p99_jct_ms"]), "makespan (s)": _s(r["makespan_ms"]),
+                "energy (kJ)": _pm(r, "energy_kj", lambda x: f"{x:.0f}"),
+                "mean comm task (ms)": f"{r['mean_comm_ms']:.0f}",
+                "most comm tasks on a node": f"{r['max_comm_per_node']:.0f}",
+            }
+            for p, picks in s["per"].items()
+            for g, by_mode in picks.items()
+            for m in modes
+            for r in (by_mode[m],)
+        ]
+    )  # fmt: skip
+    return [
+        Section(
+            "Setup",
+            [
+                "Per-iteration DAG jobs; comm speed 1/((k-1)·0.235 + 0.856·k) MB/ms with k comm tasks on the "
+                "busiest node of the job, recomputed whenever k changes (docs/hkbu-dag.md §3).",
+                "",
+                f"- Jobs: `{setup['generator']}` generator, {setup['num_jobs']} jobs per seed (seeds "
+                f"{', '.join(map(str, s['seeds']))}); the same job set for every configuration of a seed.",
+                f"- Cluster: {s['cluster']}. Energy: power model `{setup['power_model']}`, GPU busy at the job's "
+                f"utilisation during forward/backward, at load {setup['comm_load']:g} while only all-reducing, "
+                "idle otherwise; nodes add base + idle CPU for the makespan (reconstructed, docs/hkbu-dag.md §5). "
+                "No power tail: each run is charged up to its own makespan.",
+                "- Comm modes: `adadual` = AdaDUAL (threshold 1) in SRSF order, the contention-aware scheduler; "
+                "`exclusive` = threshold 0 (one comm task per node at a time); `unaware` = every comm task starts "
+                "at once. Compute tasks run SRSF in every mode.",
+                f"- {s['runs']} runs, {s['summed_run_s']:.1f} s summed over runs; machine: {s['machine']}.",
+            ],
+        ),
+        Section(
+            "AdaDUAL vs unaware, per placement and GPU pick (change of the seed means)",
+            [
+                "A placement policy only orders the jobs waiting for GPU memory; with the upstream 32 GB GPUs (up "
+                "to seven workers each) nearly every job is placed on arrival, so the placement policies give "
+                "(nearly) the same runs and the GPU pick decides. `--gpu-mem-mb` makes memory scarce."
+            ],
+            versus,
+        ),
+        Section("Every configuration (means over seeds ± sample std)", table=every),
+        Section(
+            "Published figures",
+            [
+                "None available: the upstream README is a single title line and the repository states no "
+                "results; the ICDCS'20 paper text was not read, so no paper figure is quoted beside these "
+                "(docs/hkbu-dag.md §7)."
+            ],
+        ),
+        Section(
+            "What differs from the upstream simulator",
+            [
+                "- Continuous time instead of 1 ms ticks; a solo comm task runs at 1/β from its start (upstream "
+                "sets 1.28 MB/ms and overwrites it with 1/β in the same tick).",
+                "- `lswf` and `lgwf` are reconstructed (named in upstream scripts, defined nowhere); `lwf` is "
+                "`lwf2`.",
+                "- Energy is wattsched's addition (upstream models none).",
+            ],
+        ),
     ]
 
-    def pm(r, k, fmt):
-        sd = r[k + "_std"]
-        return fmt(r[k]) + ("" if sd is None else f" ± {fmt(sd)}")
 
-    for p, picks in s["per"].items():
-        for g, by_mode in picks.items():
-            for m in modes:
-                r = by_mode[m]
-                lines.append(
-                    f"| {p} | {g} | {m} | {pm(r, 'mean_jct_ms', _s)} | {_s(r['p50_jct_ms'])} "
-                    f"| {_s(r['p99_jct_ms'])} | {_s(r['makespan_ms'])} | {pm(r, 'energy_kj', lambda x: f'{x:.0f}')} "
-                    f"| {r['mean_comm_ms']:.0f} | {r['max_comm_per_node']:.0f} |"
-                )
-    lines += [
-        "",
-        "## Published figures",
-        "",
-        "None available: the upstream README is a single title line and the repository states no results; the "
-        "ICDCS'20 paper text was not read, so no paper figure is quoted beside these (docs/hkbu-dag.md §7).",
-        "",
-        "## What differs from the upstream simulator",
-        "",
-        "- Continuous time instead of 1 ms ticks; a solo comm task runs at 1/β from its start (upstream sets 1.28 "
-        "MB/ms and overwrites it with 1/β in the same tick).",
-        "- `lswf` and `lgwf` are reconstructed (named in upstream scripts, defined nowhere); `lwf` is `lwf2`.",
-        "- Energy is wattsched's addition (upstream models none).",
-    ]
-    if s.get("plots"):
-        lines += ["", "## Plots", ""] + [f"- `{name}`: {what}" for name, what in s["plots"].items()]
-    return "\n".join(lines) + "\n"
-
-
-def write_plots(out: Path, records: list[RunRecord], s: dict[str, Any]) -> dict[str, str]:
+def write_plots(out: Path, records: Sequence[RunRecord], s: dict[str, Any]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plots: dict[str, str] = {}
     modes = list(dict.fromkeys(r.comm for r in records))
     colour = {m: c for m, c in zip(modes, ("tab:red", "tab:green", "tab:blue", "tab:orange", "tab:purple"),
                                    strict=False)}  # fmt: skip
@@ -398,7 +461,6 @@ def write_plots(out: Path, records: list[RunRecord], s: dict[str, Any]) -> dict[
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, out / "jct_cdf.png")
-    plots["jct_cdf.png"] = f"JCT CDF per comm mode for {ref_p} + {ref_g}, all seeds pooled"
     # 2. Mean JCT and energy per placement x pick, one bar per comm mode.
     configs = [(p, g) for p in s["per"] for g in s["per"][p]]
     fig, axes = plt.subplots(
@@ -419,8 +481,4 @@ def write_plots(out: Path, records: list[RunRecord], s: dict[str, Any]) -> dict[
     axes[1].set_xticks(x, [f"{p}\n{g}" for p, g in configs], fontsize=7)
     fig.tight_layout()
     save_figure(fig, out / "policies.png")
-    plots["policies.png"] = "mean JCT and energy per placement x GPU pick, one bar per comm mode (± std)"
-    return plots
-
-
-__all__ = ["COMM_MODES", "run_experiment"]
+    return [out / "jct_cdf.png", out / "policies.png"]
