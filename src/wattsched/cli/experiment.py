@@ -248,65 +248,6 @@ def powerflow(
         console.print(f"headline per power manager: [bold]{out / 'summary.md'}[/] and headline.csv")
 
 
-@experiment_app.command("eaco")
-def eaco(
-    nodes: Annotated[
-        str, typer.Option(help="cluster sizes: 28 and/or 64 nodes of 8 V100, comma-separated")
-    ] = "28,64",
-    seeds: Annotated[int, typer.Option(help="runs per policy and size, seeds 42, 43, ...")] = 3,
-    policies: Annotated[
-        str,
-        typer.Option(
-            help="comma-separated: eaco, fifo, fifo-packed, gandiva; for reference fifo-spread, fifo-best-fit"
-        ),
-    ] = ("eaco,fifo,fifo-packed,gandiva"),
-    workload: Annotated[str, typer.Option(help="workload name or CSV path")] = "gavel/msr/all",
-    max_jobs: Annotated[
-        int | None, typer.Option(help="keep the first N jobs by submission (0: all)", min=0)
-    ] = 500,
-    noise: Annotated[
-        float, typer.Option(help="prediction noise: std. dev. of a shared job's true speed around the model")
-    ] = 0.05,
-    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/eaco"),
-    profiles: ProfilesOption = None,
-    gpu_type: Annotated[
-        str | None, typer.Option(help="GPU type of every node (e.g. H200) instead of the clusters' V100")
-    ] = None,
-    columns: ColumnsOption = None,
-    workers: WorkersOption = None,
-    backend: BackendOption = "process",
-    address: AddressOption = None,
-    fresh: FreshOption = False,
-    data_dir: DataDirOption = None,
-    quiet: QuietOption = False,
-) -> None:
-    """EaCO vs FIFO, FIFO_packed and Gandiva on 28 and 64 nodes of 8 V100: energy, active nodes, runtime, JCT."""
-    from ..experiments.eaco import run_experiment
-    from ..experiments.grid import parse_list
-
-    with user_errors():
-        execution = grid_execution(backend, address, fresh)
-        sizes = parse_numbers(nodes, int, "--nodes", "28,64")
-        names = parse_list(policies)
-        with progress_bar("eaco", enabled=not quiet) as progress:
-            result = run_experiment(
-                nodes=sizes, seeds=seeds, policies=names, workload=workload, max_jobs=max_jobs or None,
-                noise=noise, out=out, workers=workers, data_dir=data_dir, progress=progress,
-                columns=column_mapping(columns), execution=execution, profiles=profiles, gpu_type=gpu_type,
-            )  # fmt: skip
-    s = result.summary
-    console.print(f"{s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s)")
-    for nodes_, rows in sorted(s["versus"].items()):
-        for b, v in rows.items():
-            console.print(
-                f"  {nodes_} nodes, eaco vs {b}: energy {-v['energy_saving_pct']:+.1f} %, active nodes "
-                f"{-v['fewer_nodes_pct']:+.1f} %, runtime {v['runtime_change_pct']:+.1f} %, JCT "
-                f"{v['jct_change_pct']:+.1f} %"
-            )
-    console.print("  energy over the common window of each cluster size and seed (docs/energy.md)")
-    console.print(f"results.csv, summary.md and plots in [bold]{result.out}[/]")
-
-
 @experiment_app.command("cedla")
 def cedla(
     region: Annotated[
