@@ -11,39 +11,33 @@ deadlines at submit + slack x duration:
 * ``price-aware-no-drs``: the ``cedla`` planner with every node on;
 * ``cedla``: the planner with idle-timeout right-sizing (its deferrals and headroom drive the power manager).
 
-Each runs per region on that region's day-ahead prices and carbon intensity of one year. The saving is split into
-the part that comes from shifting work to cheaper hours and the part from switched-off nodes.
+Each runs per region on that region's day-ahead prices and carbon intensity of one year (or on a user's own
+market), and the runs of one region are charged over one common accounting window. The saving is split into the
+part that comes from shifting work to cheaper hours and the part from switched-off nodes.
+
+Outputs in DIR: the protocol's ``records.csv``, ``summary.md`` and ``config.yaml``; ``results.csv`` (one row per
+policy and region, the experiment's own columns); ``cost.png``, ``price_vs_power.png`` and ``nodes_on.png``. The
+summary's parts and the figures are in ``cedla_tables.py``.
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.atomic import write_text
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
 from .config import SimulationConfig
-from .grid import (
-    ExperimentResult,
-    check_policy_names,
-    plots_if_available,
-    require_times,
-    save_figure,
-    thinned,
-    write_results,
-)
+from .grid import check_policy_names, require_times, thinned, write_results
 from .jobmodel import require_one_job_model
-from .parallel import Execution, ProgressFn, grid_done, run_tasks
-from .window import rebase, window_input
+from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
 
 REGIONS = ("US-CAL-CISO", "US-NY-NYIS", "US-MIDA-PJM", "DE-LU")
 BASELINE = "price-unaware-always-on"
@@ -59,6 +53,7 @@ POLICIES: dict[str, dict[str, Any]] = {
 DEFAULT_SLACK = 3.0  # deadline = submit + 3 x duration (reconstructed; ElasticFlow-style, docs/cedla.md §1.3)
 WEEK_S = 7 * 86400.0
 SERIES_POINTS = 4000
+_SIM = SimulationConfig.model_fields
 
 
 @dataclass(frozen=True)
@@ -108,6 +103,56 @@ class Setup:
         )
 
 
+class CedlaConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    region: str | None = Field(
+        None, description="one region (default: US-CAL-CISO, US-NY-NYIS, US-MIDA-PJM and DE-LU)"
+    )
+    year: int = Field(2023, description="price and carbon year")
+    policies: list[str] = Field(
+        default_factory=lambda: list(POLICIES),
+        description="comma-separated: price-unaware-always-on, price-unaware-drs, price-unaware-drs-forecast, "
+        "price-aware-no-drs, cedla",
+    )
+    workload: str = Field("philly", description="training workload name or CSV path")
+    cluster: str = Field("philly", description="cluster name or YAML path")
+    deadline_slack: float = Field(
+        DEFAULT_SLACK, description="training deadline = submit + slack x duration (reconstructed)"
+    )
+    services: str = Field(
+        "default", description="inference services: 'default' or a rates CSV (hour, <service>...)"
+    )
+    max_jobs: int | None = Field(
+        None, ge=0, description="keep the first N training jobs by submission (0: all)"
+    )
+    # The same options as `simulate --profiles` and `--columns`, from the same config fields.
+    profiles: str | None = Field(
+        None, description=_SIM["profiles"].description, json_schema_extra=_SIM["profiles"].json_schema_extra
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description=_SIM["columns"].description,
+        json_schema_extra=_SIM["columns"].json_schema_extra,
+    )
+    price_csv: str | None = Field(
+        None,
+        description="your own market instead of --region: hourly prices (time, price_usd_per_mwh; or a GreenDCC "
+        "standardized or processed price file, recognised by header)",
+    )
+    carbon_csv: str | None = Field(
+        None,
+        description="with --price-csv: hourly carbon intensity (time, carbon_g_per_kwh; or an Electricity Maps "
+        "hourly file)",
+    )
+    signal_tz: str = Field("UTC", description="time zone of --price-csv / --carbon-csv")
+    signal_fill: Literal["hold", "interpolate"] | None = Field(
+        None, description="fill signal gaps longer than --signal-max-gap-hours: hold | interpolate"
+    )
+    signal_max_gap_hours: int = Field(6, ge=0, description="longest signal gap interpolated")
+    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+
+
 @dataclass
 class RunRecord:
     policy: str
@@ -131,14 +176,28 @@ class RunRecord:
     series_nodes_on: list[float] = field(default_factory=list, repr=False)
     own_window_kwh: float = float("nan")  # up to the run's own last completion; energy_kwh: the common window
     window_input: dict = field(default_factory=dict, repr=False)
+    jobs_submitted: int = field(default=0, repr=False)  # training jobs and service-hours, for the summary
 
 
-def run_task(setup: Setup, policy: str, region: str) -> RunRecord:
+# A run record's fields that are not results.csv columns.
+HIDDEN = {
+    "week_t",
+    "week_power_kw",
+    "week_price",
+    "series_t",
+    "series_nodes_on",
+    "window_input",
+    "jobs_submitted",
+}
+
+
+def run_record(cfg: SimulationConfig, policy: str, region: str) -> RunRecord:
     from .run import run_simulation
+    from .window import window_input
 
     started = time.perf_counter()
     try:
-        result = run_simulation(setup.config(policy, region))
+        result = run_simulation(cfg)
     except WattschedError as exc:  # name the run; a plain message pickles across processes
         raise WattschedError(f"{policy} in {region}: {exc}") from None
     s, jobs, series = result.summary, result.jobs, result.series
@@ -173,7 +232,14 @@ def run_task(setup: Setup, policy: str, region: str) -> RunRecord:
         week_price=price[wk].tolist(),
         series_t=t[keep].tolist(),
         series_nodes_on=on[keep].tolist(),
+        jobs_submitted=int(s["jobs_submitted"]),
     )
+
+
+def regions_of(cfg: CedlaConfig) -> list[str]:
+    """The regions run, in order: the user's own market, the one `--region`, or all four."""
+    own = signals_of(cfg).own_market()
+    return [own] if own else list(dict.fromkeys([cfg.region] if cfg.region else REGIONS))
 
 
 def check_regions(regions: Sequence[str], year: int) -> list[str]:
@@ -192,269 +258,112 @@ def check_policies(names: Sequence[str]) -> list[str]:
     return check_policy_names(names, list(POLICIES), BASELINE, "every saving is measured against it")
 
 
-def run_experiment(
-    regions: Sequence[str] = REGIONS,
-    year: int = 2023,
-    policies: Sequence[str] | None = None,
-    workload: str = "philly",
-    cluster: str = "philly",
-    deadline_slack: float = DEFAULT_SLACK,
-    services: str = "default",
-    max_jobs: int | None = None,
-    out: str | Path = "runs/cedla",
-    workers: int | None = None,
-    data_dir: str | Path | None = None,
-    progress: ProgressFn | None = None,
-    plots: bool = True,
-    signals: Signals | None = None,
-    columns: Mapping[str, str] | None = None,
-    execution: Execution | None = None,
-    profiles: str | None = None,
-) -> ExperimentResult:
-    """Every policy x region (or the user's own market of `signals.price_csv`); write results.csv, summary.md and
-    the plots into `out`."""
-    from .run import load_inputs
+def signals_of(cfg: CedlaConfig) -> Signals:
+    return Signals(cfg.price_csv, cfg.carbon_csv, cfg.signal_tz, cfg.signal_fill, cfg.signal_max_gap_hours)
 
-    started = time.perf_counter()
-    signals = signals or Signals()
-    names = check_policies(list(policies) if policies is not None else list(POLICIES))
-    own = signals.own_market()
-    regs = [own] if own else check_regions(regions, year)
-    if deadline_slack < 1:
-        raise WattschedError(f"--deadline-slack must be at least 1, got {deadline_slack}")
-    setup = Setup(
-        workload,
-        cluster,
-        year,
-        deadline_slack,
-        services,
-        max_jobs,
-        None if data_dir is None else str(data_dir),
-        signals,
-        dict(columns or {}),
-        profiles,
-    )
-    inputs = load_inputs(setup.config(names[0], regs[0]))  # fail early on missing data
-    for r in regs:  # the policies of one region are compared: one job model
-        require_one_job_model({p: setup.config(p, r) for p in names}, f"cedla in {r}")
-    require_times(inputs, workload)
-    tasks = [(p, r) for r in regs for p in names]
-    tasks.sort(key=lambda t: t[0] not in ("cedla", "price-aware-no-drs"))  # slowest first keeps workers busy
-    execution = execution or Execution()
-    records, workers = run_tasks(run_task, setup, tasks, workers, progress, out, execution)
+
+def setup_of(cfg: CedlaConfig) -> Setup:
+    return Setup(
+        cfg.workload, cfg.cluster, cfg.year, cfg.deadline_slack, cfg.services, cfg.max_jobs or None,
+        cfg.data_dir, signals_of(cfg), dict(cfg.columns), cfg.profiles,
+    )  # fmt: skip
+
+
+def results_frame(records: Sequence[RunRecord], regions: Sequence[str]) -> pd.DataFrame:
+    """One row per policy and region: regions in the order run, policies in the order of POLICIES."""
     order = {p: i for i, p in enumerate(POLICIES)}
-    records.sort(key=lambda r: (regs.index(r.region), order[r.policy]))
-    window = rebase(records, lambda r: r.region, lambda r: setup.config(r.policy, r.region), "region")
-    for r in records:
-        r.usd_per_kwh = r.cost_usd / r.energy_kwh if r.energy_kwh else float("nan")
-    hidden = ("week_", "series_", "window_input")
-    results = pd.DataFrame(
-        [{k: v for k, v in asdict(r).items() if not k.startswith(hidden)} for r in records]
+    ordered = sorted(records, key=lambda r: (regions.index(r.region), order[r.policy]))
+    return pd.DataFrame([{k: v for k, v in asdict(r).items() if k not in HIDDEN} for r in ordered])
+
+
+@EXPERIMENTS.register("cedla")
+class Cedla(Experiment):
+    name = "cedla"
+    description = (
+        "CE-DLA-reconstructed vs price-unaware FIFO (always on, or with DRS) and the planner without DRS, per "
+        "region."
     )
-    out = write_results(out, results)
-    summary = summarise(setup, inputs, results, workers)
-    summary["window"] = window
-    summary["backend"] = execution.backend
-    if plots:
-        summary["plots"] = plots_if_available(write_plots, out, records)
-    summary["wall_s"] = time.perf_counter() - started
-    write_text(out / "summary.md", render_summary(summary))
-    grid_done(out)
-    return ExperimentResult(out, results, summary, records)
+    config_model = CedlaConfig
 
+    def grid(self, cfg: BaseModel) -> list[Cell]:
+        from .run import load_inputs
 
-def _pct_below(value: float, base: float) -> float:
-    return 100.0 * (base - value) / base if base else float("nan")
+        assert isinstance(cfg, CedlaConfig)
+        names = check_policies(cfg.policies)
+        regs = regions_of(cfg) if signals_of(cfg).own_market() else check_regions(regions_of(cfg), cfg.year)
+        if cfg.deadline_slack < 1:
+            raise WattschedError(f"--deadline-slack must be at least 1, got {cfg.deadline_slack}")
+        setup = setup_of(cfg)
+        inputs = load_inputs(setup.config(names[0], regs[0]))  # fail early on missing data
+        for r in regs:  # the policies of one region are compared: one job model
+            require_one_job_model({p: setup.config(p, r) for p in names}, f"cedla in {r}")
+        require_times(inputs, cfg.workload)
+        tasks = [(p, r) for r in regs for p in names]
+        tasks.sort(
+            key=lambda t: t[0] not in ("cedla", "price-aware-no-drs")
+        )  # slowest first keeps workers busy
+        # `variant` names the run's row of POLICIES (its policy label too): the label of a records row is its keys.
+        return [Cell({"variant": p, "region": r}, setup.config(p, r)) for p, r in tasks]
 
+    def window_group(self, keys: dict[str, Any]) -> Hashable:
+        return keys["region"]
 
-def summarise(setup: Setup, inputs, results: pd.DataFrame, workers: int) -> dict[str, Any]:
-    """Per region: each policy's figures, its saving against FIFO always-on, and where the saving comes from."""
-    per: dict[str, Any] = {}
-    for region, rows in results.groupby("region", sort=False):
-        by = {r.policy: r._asdict() for r in rows.itertuples(index=False)}
-        base = by[BASELINE]
-        entry: dict[str, Any] = {"policies": by, "load": base["gpu_allocation"]}
-        for r in by.values():
-            r["cost_saving_pct"] = _pct_below(r["cost_usd"], base["cost_usd"])
-        if "price-unaware-drs" in by and "price-aware-no-drs" in by:
-            entry["from_switched_off_nodes_usd"] = base["cost_usd"] - by["price-unaware-drs"]["cost_usd"]
-            entry["from_shifted_energy_usd"] = base["cost_usd"] - by["price-aware-no-drs"]["cost_usd"]
-        per[str(region)] = entry
-    return {
-        "setup": asdict(setup),
-        "jobs": len(inputs.jobs),
-        "per": per,
-        "workers": workers,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-    }
+    def run_cell(self, cell: Cell) -> Outcome:
+        from .compare import _reconstructed
 
+        assert cell.config is not None
+        r = run_record(cell.config, cell.keys["variant"], cell.keys["region"])
+        metrics = {
+            "energy_kwh": r.energy_kwh, "own_window_kwh": float("nan"), "cost_usd": r.cost_usd, "co2_kg": r.co2_kg,
+            "jct_mean_s": r.mean_jct_s, "gpu_allocation": r.gpu_allocation,
+            "deadline_misses": float(r.deadline_misses), "slo_violation_hours": float(r.slo_violation_hours),
+        }  # fmt: skip
+        extra = {
+            "node_hours_off": float(f"{r.node_hours_off:.6g}"),
+            "node_boots": r.node_boots,
+        }  # as in the CSV
+        return Outcome(metrics, r.policy, _reconstructed(POLICIES[r.policy]), extra, r.window_input, r)
 
-def _target_met(r: dict[str, Any]) -> bool:
-    return r["cost_saving_pct"] >= 20.0 and r["deadline_misses"] == 0 and r["slo_violation_hours"] == 0
+    def charge(self, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> str:
+        """The common window of each region's runs, charged on the run records themselves (results.csv is
+        written from them); the price paid per kWh follows the charged cost and energy."""
+        from .window import rebase
 
-
-def _signal_line(setup: dict[str, Any]) -> str:
-    sig = setup["signals"]
-    if sig["price_csv"]:
-        where = f"- Prices of your own market from `{sig['price_csv']}` ({sig['signal_tz']})" + (
-            f", carbon from `{sig['carbon_csv']}`" if sig["carbon_csv"] else ", no carbon series"
-        )
-    else:
-        where = f"- Prices and carbon of {setup['year']} per region (electricity-prices-greendcc)"
-    fill = (
-        f"gaps over {sig['signal_max_gap_hours']} h filled by `{sig['signal_fill']}`"
-        if sig["signal_fill"]
-        else f"gaps up to {sig['signal_max_gap_hours']} h interpolated, longer ones an error"
-    )
-    return f"{where}; {fill} (docs/signals.md)."
-
-
-def render_summary(s: dict[str, Any]) -> str:
-    setup = s["setup"]
-    lines = [
-        "# CE-DLA-reconstructed: electricity cost against price-unaware FIFO",
-        "",
-        "CE-DLA (Kang, Lee, Kim, Energies 15(2):474, 2022) publishes only its abstract; the formulation, the rolling "
-        "greedy policy, the services and the deadlines here are **reconstructed** (docs/cedla.md).",
-        "",
-        "## Setup",
-        "",
-        f"- Workload `{setup['workload']}` on cluster `{setup['cluster']}`, plus the built-in inference services "
-        f"(`{setup['services']}`): {s['jobs']} jobs in all (training jobs and service-hours).",
-        f"- Training deadlines at submit + {setup['deadline_slack']:g} x duration (reconstructed slack).",
-        _signal_line(setup),
-        "- Policies: `price-unaware-always-on` (FIFO, best-fit, every node on), `price-unaware-drs` (FIFO with "
-        "idle-timeout right-sizing, no headroom), `price-unaware-drs-forecast` (FIFO with the `forecast` power "
-        "manager: the strongest DRS without price), `price-aware-no-drs` (`cedla` planner, every node on), "
-        "`cedla` (planner with idle-timeout right-sizing).",
-        "",
-        "## Results",
-        "",
-        s.get("window", "Energy, cost and carbon: each run's own window."),
-        "",
-        "| region | policy | cost ($) | vs always-on | energy (kWh) | $/kWh | CO2 (kg) | deadline misses | "
-        "late service-hours | mean JCT (h) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for region, e in s["per"].items():
-        for p, r in e["policies"].items():
-            lines.append(
-                f"| {region} | {p} | {r['cost_usd']:,.0f} | {-r['cost_saving_pct'] + 0.0:+.1f} % | "
-                f"{r['energy_kwh']:,.0f} | {r['usd_per_kwh']:.4f} | {r['co2_kg']:,.0f} | {r['deadline_misses']} | "
-                f"{r['slo_violation_hours']} | {r['mean_jct_s'] / 3600:.2f} |"
+        runs = [o.raw for o in outcomes]
+        config = {id(r): c.config for c, r in zip(cells, runs, strict=True)}
+        group = {id(r): self.window_group(c.keys) for c, r in zip(cells, runs, strict=True)}
+        line = rebase(runs, lambda r: group[id(r)], lambda r: config[id(r)], "region")
+        for o in outcomes:
+            r = o.raw
+            r.usd_per_kwh = r.cost_usd / r.energy_kwh if r.energy_kwh else float("nan")
+            assert o.metrics is not None
+            o.metrics.update(
+                energy_kwh=r.energy_kwh, own_window_kwh=r.own_window_kwh, cost_usd=r.cost_usd, co2_kg=r.co2_kg
             )
-    lines += [
-        "",
-        "`late service-hours`: inference service-hours whose GPUs started after the hour began, or never, each "
-        "counted once however late (summary.json `slo_violation_hours`: each such hour violates its latency SLO for "
-        "part of the hour).",
-    ]
-    lines += ["", "## Where the saving comes from", ""]
-    for region, e in s["per"].items():
-        if "from_switched_off_nodes_usd" in e:
-            lines.append(
-                f"- {region}: switching idle nodes off alone saves ${e['from_switched_off_nodes_usd']:,.0f} "
-                f"(FIFO always-on -> FIFO with DRS, the energy drops); shifting work to cheaper hours alone saves "
-                f"${e['from_shifted_energy_usd']:,.0f} (FIFO always-on -> cedla always-on, the price paid per kWh "
-                "drops)."
-            )
-    lines += ["", "## Target", ""]
-    for region, e in s["per"].items():
-        r = e["policies"].get("cedla")
-        if r is None:
-            continue
-        verdict = "met" if _target_met(r) else "**not met**"
-        lines.append(
-            f"- {region} (load: mean GPU allocation {e['load']:.1%} under FIFO always-on): cedla costs "
-            f"{r['cost_saving_pct']:.1f} % less, {r['deadline_misses']} deadline misses, "
-            f"{r['slo_violation_hours']} late service-hours. Target (>= 20 %, zero misses, zero late "
-            f"service-hours): {verdict}."
-        )
-        drs = e["policies"].get("price-unaware-drs-forecast")
-        if drs is not None:
-            lines.append(
-                f"  - against the strongest right-sizing without price (`price-unaware-drs-forecast`, "
-                f"${drs['cost_usd']:,.0f}, {drs['deadline_misses']} misses, {drs['slo_violation_hours']} late "
-                f"service-hours): cedla costs {100.0 * (1.0 - r['cost_usd'] / drs['cost_usd']):.1f} % less."
-            )
-    if s.get("plots"):
-        lines += ["", "## Plots", ""] + [f"- `{k}`: {v}" for k, v in s["plots"].items()]
-    lines += [
-        "",
-        f"{s['workers']} worker(s) of the {s.get('backend', 'process')} backend; this machine: {s['cpus']} CPUs "
-        f"({s['machine']}); wall {s.get('wall_s', 0):.0f} s.",
-        "",
-    ]
-    return "\n".join(lines)
+        return line
 
+    def tables(
+        self, cfg: BaseModel, cells: Sequence[Cell], outcomes: Sequence[Outcome], out: Path
+    ) -> list[Path]:
+        assert isinstance(cfg, CedlaConfig)
+        write_results(out, results_frame([o.raw for o in outcomes], regions_of(cfg)))
+        return [out / "results.csv"]
 
-def write_plots(out: Path, records: list[RunRecord]) -> dict[str, str]:
-    import matplotlib
+    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+        from .cedla_tables import headline_lines
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        return headline_lines(records)
 
-    plots: dict[str, str] = {}
-    colour = dict(
-        zip(POLICIES, ("tab:gray", "tab:blue", "tab:purple", "tab:orange", "tab:green"), strict=True)
-    )
-    regions = list(dict.fromkeys(r.region for r in records))
-    # 1. Cost per policy and region.
-    fig, ax = plt.subplots(figsize=(2.5 + 2.2 * len(regions), 4))
-    shown = [p for p in POLICIES if any(r.policy == p for r in records)]
-    width = 0.8 / len(shown)
-    for i, p in enumerate(shown):
-        vals = [
-            next((r.cost_usd for r in records if r.region == g and r.policy == p), np.nan) for g in regions
-        ]
-        ax.bar(
-            np.arange(len(regions)) + (i - (len(shown) - 1) / 2) * width,
-            vals,
-            width,
-            color=colour[p],
-            label=p,
-        )
-    ax.set_xticks(np.arange(len(regions)), regions)
-    ax.set(ylabel="electricity cost ($)", title="cost per policy and region")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    save_figure(fig, out / "cost.png")
-    plots["cost.png"] = "electricity cost per policy and region"
-    # 2. Price against cluster power over the first week, first region.
-    first = regions[0]
-    fig, ax = plt.subplots(figsize=(12, 4))
-    twin = ax.twinx()
-    for r in records:
-        if r.region == first and r.policy in (BASELINE, "cedla") and r.week_t:
-            t = np.asarray(r.week_t) / 86400
-            ax.step(
-                t, r.week_power_kw, where="post", color=colour[r.policy], lw=0.8, label=f"{r.policy} power"
-            )
-            if r.policy == "cedla":
-                twin.step(t, r.week_price, where="post", color="tab:red", lw=1, alpha=0.7, label="price")
-    ax.set(
-        xlabel="days", ylabel="cluster power (kW)", title=f"price against cluster power, first week, {first}"
-    )
-    twin.set_ylabel("price ($/MWh)", color="tab:red")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save_figure(fig, out / "price_vs_power.png")
-    plots["price_vs_power.png"] = (
-        f"cluster power of FIFO always-on and cedla against the price, first week, {first}"
-    )
-    # 3. Nodes on over time, first region.
-    fig, ax = plt.subplots(figsize=(12, 4))
-    for r in records:
-        if r.region == first and r.series_t:
-            ax.step(np.asarray(r.series_t) / 86400, r.series_nodes_on, where="post", color=colour[r.policy],
-                    lw=0.8, label=r.policy)  # fmt: skip
-    ax.set(xlabel="days", ylabel="nodes on", title=f"nodes on over time, {first}")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save_figure(fig, out / "nodes_on.png")
-    plots["nodes_on.png"] = f"powered-on nodes over time per policy, {first}"
-    return plots
+    def sections(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[Section]:
+        from .cedla_tables import summary_sections
+
+        assert isinstance(cfg, CedlaConfig)
+        return summary_sections(cfg, records, [o.raw for o in outcomes])
+
+    def plots(
+        self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome], out: Path
+    ) -> list[Path]:
+        from .cedla_tables import write_plots
+
+        assert isinstance(cfg, CedlaConfig)
+        return write_plots(out, [o.raw for o in outcomes], regions_of(cfg))
