@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tests.unit.test_compare import simulate as compare_run
 from wattsched.cli.main import app
 from wattsched.core.errors import WattschedError
-from wattsched.experiments.compare import METRICS, _reconstructed, comparison
+from wattsched.experiments.compare import METRICS, comparison, reconstruction_bases
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.jobmodel import (
     POLICY_SETTINGS,
@@ -221,7 +221,7 @@ def test_an_ambiguous_short_baseline_names_the_matches(runs):
 
 # --- the table's definitions ---------------------------------------------------------------------------------
 def test_eaco_is_marked_reconstructed_with_its_parameters():
-    (basis,) = _reconstructed({"allocation": "eaco"})
+    (basis,) = reconstruction_bases({"allocation": "eaco"})
     assert basis.startswith("eaco: EaCO") and "alpha 0.5" in basis and "epoch 1440 s" in basis
 
 

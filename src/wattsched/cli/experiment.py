@@ -228,7 +228,7 @@ def _protocol_command(name: str) -> None:
                 result = run_experiment(
                     exp, cfg, extra["out"], extra["workers"], execution, progress, plots=extra["plots"]
                 )
-        for line in exp.headline(cfg, result.records):
+        for line in exp.headline(cfg, result.records, result.outcomes):
             console.print(escape(line.replace("**", "")), highlight=False)
         console.print(
             f"{name}: {len(result.records)} runs in {result.wall_s:.1f} s on {result.workers} worker(s); "

@@ -309,7 +309,7 @@ class Cedla(Experiment):
         return keys["region"]
 
     def run_cell(self, cell: Cell) -> Outcome:
-        from .compare import _reconstructed
+        from .compare import reconstruction_bases
 
         assert cell.config is not None
         r = run_record(cell.config, cell.keys["variant"], cell.keys["region"])
@@ -322,7 +322,7 @@ class Cedla(Experiment):
             "node_hours_off": float(f"{r.node_hours_off:.6g}"),
             "node_boots": r.node_boots,
         }  # as in the CSV
-        return Outcome(metrics, r.policy, _reconstructed(POLICIES[r.policy]), extra, r.window_input, r)
+        return Outcome(metrics, r.policy, reconstruction_bases(POLICIES[r.policy]), extra, r.window_input, r)
 
     def charge(self, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> str:
         """The common window of each region's runs, charged on the run records themselves (results.csv is
@@ -349,7 +349,7 @@ class Cedla(Experiment):
         write_results(out, results_frame([o.raw for o in outcomes], regions_of(cfg)))
         return [out / "results.csv"]
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         from .cedla_tables import headline_lines
 
         return headline_lines(records)

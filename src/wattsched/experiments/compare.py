@@ -147,7 +147,7 @@ def _number(obj: Any, *keys: str) -> float:
     return float(obj)
 
 
-def _reconstructed(knobs: Mapping[str, str]) -> list[str]:
+def reconstruction_bases(knobs: Mapping[str, str]) -> list[str]:
     """``name: basis`` of every reconstructed registered policy among `knobs` (setting -> registered name)."""
     from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
     from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
@@ -212,7 +212,7 @@ def summary_policy(s: Mapping[str, Any]) -> tuple[str, list[str]]:
         policy += f", {manager}"
     bases = [_basis_line(p["name"], p.get("basis")) for p in parts.values() if p.get("reconstructed")]
     if isinstance(manager, str):
-        bases += _reconstructed({"power_manager": manager})
+        bases += reconstruction_bases({"power_manager": manager})
     return policy, bases
 
 
@@ -304,7 +304,7 @@ class ExperimentTable:
                 path,
                 self.experiment,
                 self.policy(row),
-                _reconstructed(self.knobs(row)),
+                reconstruction_bases(self.knobs(row)),
                 metrics,
             )
 

@@ -276,7 +276,7 @@ class Eaco(Experiment):
         return keys["nodes"], keys["seed"]
 
     def run_cell(self, cell: Cell) -> Outcome:
-        from .compare import _reconstructed
+        from .compare import reconstruction_bases
 
         assert cell.config is not None
         k = cell.keys
@@ -291,7 +291,7 @@ class Eaco(Experiment):
             "avg_active_nodes": _g6(r.avg_active_nodes), "avg_runtime_s": _g6(r.avg_runtime_s),
             "colocations": r.colocations, "decolocations": r.decolocations,
         }  # fmt: skip
-        return Outcome(metrics, r.policy, _reconstructed(POLICIES[r.policy]), extra, r.window_input, r)
+        return Outcome(metrics, r.policy, reconstruction_bases(POLICIES[r.policy]), extra, r.window_input, r)
 
     def charge(self, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> str:
         """The common window of each cluster size and seed, charged on the run records themselves (results.csv
@@ -313,7 +313,7 @@ class Eaco(Experiment):
         write_results(out, results_frame([o.raw for o in outcomes]))
         return [out / "results.csv"]
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         from .eaco_tables import headline_lines
 
         return headline_lines(records)

@@ -297,7 +297,7 @@ class FgdPwr(Experiment):
         return sorted(range(len(cells)), key=lambda i: _cost_rank(cells[i].task[0]))  # costliest first
 
     def run_cell(self, cell: Cell) -> Outcome:
-        from .compare import _reconstructed
+        from .compare import reconstruction_bases
 
         assert self.inputs is not None
         policy, seed, inflate = cell.task
@@ -305,7 +305,7 @@ class FgdPwr(Experiment):
         return Outcome(
             final_metrics(run),
             policy,
-            _reconstructed({"placement": policy}),
+            reconstruction_bases({"placement": policy}),
             {"pods": run.pods, "placed": run.placed},
             raw=run,
         )
@@ -318,7 +318,7 @@ class FgdPwr(Experiment):
         assert isinstance(cfg, FgdPwrConfig) and self.inputs is not None
         return write_tables(out, self.inputs.label, ordered_runs(cfg, outcomes))
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         from .fgd_pwr_tables import headline
 
         assert isinstance(cfg, FgdPwrConfig)

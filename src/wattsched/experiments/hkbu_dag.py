@@ -186,9 +186,11 @@ def check_names(
 
 
 def _bases() -> list[str]:
-    from .compare import _reconstructed  # the mark compare gave this experiment's runs before the protocol
+    from .compare import (
+        reconstruction_bases,
+    )  # the mark compare gave this experiment's runs before the protocol
 
-    return _reconstructed({"allocation": ALLOCATION})
+    return reconstruction_bases({"allocation": ALLOCATION})
 
 
 @EXPERIMENTS.register("hkbu-dag")
@@ -246,7 +248,7 @@ class HkbuDag(Experiment):
         write_json(out / "summary.json", summarise(_setup(cfg), records, results))
         return [out / "results.csv", out / "summary.json"]
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         configs = records.groupby(["placement", "gpu_pick", "comm"], sort=False)["jct_mean_s"].mean()
         per = configs.unstack("comm")
         wins = int((per[AWARE] < per[UNAWARE]).sum())

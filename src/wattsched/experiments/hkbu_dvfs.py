@@ -317,7 +317,7 @@ class HkbuDvfs(Experiment):
 
     def run_cell(self, cell: Cell) -> Outcome:
         # the marks compare gave this experiment's runs before the protocol
-        from .compare import _reconstructed
+        from .compare import reconstruction_bases
         from .window import finite, window_input
 
         if cell.config is None:
@@ -339,7 +339,7 @@ class HkbuDvfs(Experiment):
             },
             row,
         )  # fmt: skip
-        bases = _reconstructed({"allocation": row["policy"], "power_manager": pm})
+        bases = reconstruction_bases({"allocation": row["policy"], "power_manager": pm})
         return Outcome(metrics, row["policy"], bases, extra, window_input(s), raw=row)
 
     def tables(
@@ -350,7 +350,7 @@ class HkbuDvfs(Experiment):
         assert isinstance(cfg, HkbuDvfsConfig)
         return write_tables(built(cfg, outcomes), out)
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         from .hkbu_dvfs_tables import headline_lines
 
         assert isinstance(cfg, HkbuDvfsConfig)

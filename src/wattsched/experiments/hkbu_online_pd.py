@@ -224,7 +224,6 @@ class HkbuOnlinePd(Experiment):
         # What the summary needs beyond the records (set by grid and charge, in the main process).
         self.notes: list[str] = []
         self.window = ""
-        self.ratios: pd.DataFrame | None = None
 
     def grid(self, cfg: BaseModel) -> list[Cell]:
         assert isinstance(cfg, HkbuOnlinePdConfig)
@@ -234,7 +233,7 @@ class HkbuOnlinePd(Experiment):
             raise WattschedError(
                 f"--deadline-slack must be at least 1 (a job needs its duration), got {cfg.deadline_slack}"
             )
-        self.notes, self.window, self.ratios = [], "", None
+        self.notes, self.window = [], ""
         names = list(PHILLY_POLICIES) if cfg.philly else []
         if names:  # fail early (and cheaply) on missing data
             from ..data.registry import locate
@@ -298,7 +297,6 @@ class HkbuOnlinePd(Experiment):
             row["net_value_usd"] = row["utility_usd"] - row["energy_cost_usd"]
             o.metrics["cost_usd"] = row["energy_cost_usd"]
             o.extra.update(_records_extra(row))
-        self.ratios = ratio_frame(outcomes)
         return self.window
 
     def tables(
@@ -308,9 +306,10 @@ class HkbuOnlinePd(Experiment):
         from .grid import write_csv
         from .hkbu_online_pd_tables import summary_data
 
-        assert isinstance(cfg, HkbuOnlinePdConfig) and self.ratios is not None
+        assert isinstance(cfg, HkbuOnlinePdConfig)
+        ratios = ratio_frame(outcomes)
         files = [out / RATIOS_FILE]
-        write_csv(files[0], self.ratios)
+        write_csv(files[0], ratios)
         runs = [o.raw for o in outcomes if o.metrics is not None]
         if runs:
             files.append(out / PHILLY_FILE)
@@ -319,14 +318,14 @@ class HkbuOnlinePd(Experiment):
             (out / PHILLY_FILE).unlink(missing_ok=True)
         notes = [*self.notes, *([self.window] if self.window else [])]
         files.append(out / SUMMARY_JSON)
-        write_json(files[-1], summary_data(cfg, self.ratios, runs, notes))
+        write_json(files[-1], summary_data(cfg, ratios, runs, notes))
         return files
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         from .hkbu_online_pd_tables import headline
 
         assert isinstance(cfg, HkbuOnlinePdConfig)
-        return headline(cfg, self.ratios, records)
+        return headline(cfg, ratio_frame(outcomes), records)
 
     def sections(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[Section]:
         from .hkbu_online_pd_tables import sections

@@ -61,7 +61,7 @@ class IdleTimeoutSweep(Experiment):
             cells.append(Cell({"idle_timeout_s": timeout}, config))
         return cells
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         swept_mask = records["policy"].str.contains("idle-timeout")
         base, swept = records[~swept_mask], records[swept_mask]
         if base.empty or swept.empty:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 from .parallel import Execution, ProgressFn, grid_done, run_tasks
 
 RECORDS_FILE = "records.csv"
+RUNS_SHOWN = 200  # rows of the runs table in summary.md; records.csv holds every run
 SUMMARY_FILE = "summary.md"
 CONFIG_FILE = "config.yaml"
 
@@ -179,7 +180,7 @@ class Experiment(ABC):
         beside the measured one); none by default."""
         return []
 
-    def headline(self, cfg: BaseModel, records: pd.DataFrame) -> list[str]:
+    def headline(self, cfg: BaseModel, records: pd.DataFrame, outcomes: Sequence[Outcome]) -> list[str]:
         """Lines for the summary's top, drawn from the records (the experiment's finding)."""
         return []
 
@@ -291,7 +292,7 @@ def render_summary(
     lines += ["Settings: " + ", ".join(f"`{k}={_plain(v)}`" for k, v in settings.items()), ""]
     if ran:
         lines += [f"Ran {ran}", ""]
-    headline = experiment.headline(cfg, records)
+    headline = experiment.headline(cfg, records, outcomes)
     if headline:
         lines += [*headline, ""]
     for section in experiment.sections(cfg, records, outcomes):
@@ -312,11 +313,18 @@ def render_summary(
     known = {m.key for m in METRICS}
     own = [c for c in columns[columns.index("basis") + 1 :] if c not in known and not is_component(c)]
     lines += ["## Runs", ""]
+    if len(frame) > RUNS_SHOWN:
+        lines.append(
+            f"{len(frame):,} runs: too many for a table here; every one is in `{RECORDS_FILE}` "
+            f"(`wattsched compare` on this directory shows them), the first {RUNS_SHOWN} below."
+        )
+        lines.append("")
+        frame = frame.head(RUNS_SHOWN)
     header = [*keys, "policy", *(m.header for m in metrics), *own]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in frame.to_dict("records"):
-        cells = [_plain(row[k]) for k in keys] + [str(row["policy"])]
-        cells += [format_value(m, float(row[m.key])) for m in metrics] + [_plain(row[c]) for c in own]
+        cells = [_cell(row[k], 6) for k in keys] + [str(row["policy"])]
+        cells += [format_value(m, float(row[m.key])) for m in metrics] + [_cell(row[c], 4) for c in own]
         lines.append("| " + " | ".join(cells) + " |")
     if window:
         lines += ["", window]
