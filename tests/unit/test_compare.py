@@ -1,9 +1,9 @@
 """`wattsched compare`: the comparison table of runs (experiments/compare.py) on run directories made by real short
-`simulate` runs, a directory of runs, a real `hkbu-dag` experiment, and the per-run tables of every other
-experiment. Values come from the summaries, changes are against the baseline, `--csv` writes the same table, and
+`simulate` runs, a directory of runs, a real `hkbu-dag` experiment, and the outputs of every other experiment
+(their shared run records, records.csv, beside their own tables). Values come from the summaries, changes are against the baseline, `--csv` writes the same table, and
 a directory that holds no run is one error line naming it.
 
-The tables under tests/fixtures/compare/ are copies of real experiment outputs of this code, made with
+The directories under tests/fixtures/compare/ are real experiment outputs of this code (with --no-plots), made with
 `wattsched experiment fgd-pwr --seeds 1 --policies best-fit,fgd`, `powerflow --workload pollux/workload-6
 --cluster n16g4 --gpu-type T4 --seeds 1 --baselines fifo --budget-points 2 --caps 1.0`, `eaco --nodes 28 --seeds 1
 --policies eaco,fifo --max-jobs 50`, `cedla --region US-CAL-CISO --max-jobs 200`, `hkbu-dvfs --seeds 1
@@ -164,20 +164,20 @@ def test_an_experiment_directory_lists_its_runs(tmp_path):
 
 # (directory, per-run table, rows, {row label suffix: {column: value}}, reconstructed policies)
 EXPERIMENT_CASES = [
-    ("fgd-pwr", "curves.csv", 2, {"trace=default policy=fgd seed=42": {"gpu_allocation": 0.9524, "grar": 0.733891}},
+    ("fgd-pwr", "curves.csv", 2, {"trace=default placement=fgd seed=42": {"gpu_allocation": 0.9524, "grar": 0.733891}},
      set()),
     ("powerflow", "runs.csv", 5, {"kind=equal policy=powerflow baseline=fifo seed=42": {
         "energy_kwh": 98.5645, "jct_mean_s": 3242.39, "restarts": 192}}, {"powerflow"}),
-    ("eaco", "results.csv", 2, {"nodes=28 policy=fifo seed=42": {"energy_kwh": 7952.85, "jct_mean_s": 1.41936e06}},
+    ("eaco", "results.csv", 2, {"nodes=28 variant=fifo seed=42": {"energy_kwh": 3929.78, "jct_mean_s": 1.41936e06}},
      {"eaco"}),
-    ("cedla", "results.csv", 4, {"policy=cedla region=US-CAL-CISO": {"cost_usd": 3013.37, "co2_kg": 7438.51}},
-     {"price-aware-no-drs", "cedla"}),
+    ("cedla", "results.csv", 5, {"variant=cedla region=US-CAL-CISO": {"cost_usd": 3013.30, "co2_kg": 7438.30}},
+     {"price-aware-no-drs", "cedla", "price-unaware-drs-forecast"}),
     ("hkbu-dvfs", "results.csv", 16 + 4, {
         "gpu=V100 power_manager=idle-timeout variant=dvfs": {"energy_kwh": 28988.3, "deadline_misses": 1},
         "model=2070S mode=offline utilisation=0.2 seed=42 algorithm=edf+bf dvfs=False drs=False": {
             "energy_kwh": 744854 / 3.6e6},
     }, {"hkbu-dvfs", "hkbu-dvfs-default-clocks"}),
-    ("hkbu-online-pd", "philly.csv", 3, {"policy=hkbu-online-pd": {"energy_kwh": 110820, "deadline_misses": 14}},
+    ("hkbu-online-pd", "philly.csv", 3, {"replay=hkbu-online-pd": {"energy_kwh": 110820, "deadline_misses": 14}},
      {"hkbu-online-pd"}),
 ]  # fmt: skip
 
@@ -185,6 +185,7 @@ EXPERIMENT_CASES = [
 @pytest.mark.parametrize(("name", "table", "count", "values", "reconstructed"), EXPERIMENT_CASES)
 def test_every_experiments_runs(name, table, count, values, reconstructed):
     path = EXPERIMENTS / name
+    assert (path / "records.csv").is_file() and (path / table).is_file()  # the shared records beside its own
     frame = comparison([path]).set_index("run")
     assert len(frame) == count and frame.index.is_unique
     assert set(frame["experiment"]) == {name}
