@@ -106,7 +106,8 @@ def test_workers_caps_the_runs_in_flight(ray_cluster, inputs, pool_run, tmp_path
 
 
 def test_powerflow_through_the_cli_equals_the_process_pool(ray_cluster, tmp_path):
-    """The dynamic grid (equal-energy runs submitted as their baselines finish), via `--backend ray --address`."""
+    """A grid with a cell of dependent runs per seed (its equal-energy runs use its baselines' energies), via
+    `--backend ray --address`."""
     runner = CliRunner()
     pool = runner.invoke(experiment_app, [*POWERFLOW, "--out", str(tmp_path / "pool"), "--workers", "2"])
     assert pool.exit_code == 0, pool.output

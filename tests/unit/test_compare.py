@@ -1,14 +1,14 @@
 """`wattsched compare`: the comparison table of runs (experiments/compare.py) on run directories made by real short
 `simulate` runs, a directory of runs, a real `hkbu-dag` experiment, and the outputs of every other experiment
-(their shared run records, records.csv, beside their own tables). Values come from the summaries, changes are against the baseline, `--csv` writes the same table, and
-a directory that holds no run is one error line naming it.
+(their shared run records, records.csv, beside their own tables). Values come from the summaries, changes are
+against the baseline, `--csv` writes the same table, and a directory that holds no run is one error line naming it.
 
 The directories under tests/fixtures/compare/ are real experiment outputs of this code (with --no-plots), made with
 `wattsched experiment fgd-pwr --seeds 1 --policies best-fit,fgd`, `powerflow --workload pollux/workload-6
---cluster n16g4 --gpu-type T4 --seeds 1 --baselines fifo --budget-points 2 --caps 1.0`, `eaco --nodes 28 --seeds 1
---policies eaco,fifo --max-jobs 50`, `cedla --region US-CAL-CISO --max-jobs 200`, `hkbu-dvfs --seeds 1
---utilisations 0.2 --gpus 64 --models 2070S --modes offline --trace-jobs 300 --trace-gpus V100` and
-`hkbu-online-pd --instances 3 --order-searches 0 --max-jobs 300` (and `--no-philly`) on the shared data.
+--cluster n16g4 --gpu-type T4 --seeds 1 --baselines fifo --budget-points 2 --caps 1.0 --power-manager always-on`,
+`eaco --nodes 28 --seeds 1 --policies eaco,fifo --max-jobs 50`, `cedla --region US-CAL-CISO --max-jobs 200`,
+`hkbu-dvfs --seeds 1 --utilisations 0.2 --gpus 64 --models 2070S --modes offline --trace-jobs 300 --trace-gpus
+V100` and `hkbu-online-pd --instances 3 --order-searches 0 --max-jobs 300` (and `--no-philly`) on the shared data.
 """
 
 from __future__ import annotations
@@ -166,8 +166,9 @@ def test_an_experiment_directory_lists_its_runs(tmp_path):
 EXPERIMENT_CASES = [
     ("fgd-pwr", "curves.csv", 2, {"trace=default placement=fgd seed=42": {"gpu_allocation": 0.9524, "grar": 0.733891}},
      set()),
-    ("powerflow", "runs.csv", 5, {"kind=equal policy=powerflow baseline=fifo seed=42": {
-        "energy_kwh": 98.5645, "jct_mean_s": 3242.39, "restarts": 192}}, {"powerflow"}),
+    ("powerflow", "runs.csv", 4, {
+        "power_manager=always-on kind=equal baseline=fifo seed=42": {
+            "energy_kwh": 116.187, "jct_mean_s": 6433.55, "restarts": 540}}, {"powerflow"}),
     ("eaco", "results.csv", 2, {"nodes=28 variant=fifo seed=42": {"energy_kwh": 3929.78, "jct_mean_s": 1.41936e06}},
      {"eaco"}),
     ("cedla", "results.csv", 5, {"variant=cedla region=US-CAL-CISO": {"cost_usd": 3013.30, "co2_kg": 7438.30}},
@@ -265,5 +266,5 @@ def test_a_bad_baseline_is_one_error_line(runs):
 def test_a_run_given_twice_is_an_error(runs):
     with pytest.raises(WattschedError, match="is given twice"):
         comparison([runs["base"], runs["base"]])
-    with pytest.raises(WattschedError, match="holds 5 runs; give the label of one of them"):
+    with pytest.raises(WattschedError, match="holds 4 runs; give the label of one of them"):
         comparison([EXPERIMENTS / "powerflow"], baseline=EXPERIMENTS / "powerflow")

@@ -244,17 +244,23 @@ def test_cli_resumes_and_says_so(tmp_path):
         if done == 3:
             raise KeyboardInterrupt
 
-    from wattsched.experiments.powerflow import prepare
-    from wattsched.experiments.powerflow import run_experiment as run_powerflow
+    from wattsched.experiments.powerflow import PowerFlowConfig
+    from wattsched.experiments.protocol import EXPERIMENTS
+    from wattsched.experiments.protocol import run_experiment as run_protocol
 
-    prep = prepare("pollux/workload-1", "n16g4", "T4", 1, ["fifo"], 2, [1.0, 0.7], data_dir=str(PERFDATA))
+    cfg = PowerFlowConfig(
+        workload="pollux/workload-1", cluster="n16g4", gpu_type="T4", seeds=1, baselines=["fifo"],
+        budget_points=2, caps=[1.0, 0.7], power_manager=["always-on"], data_dir=str(PERFDATA),
+    )  # fmt: skip
+    exp = EXPERIMENTS.create("powerflow")
+    cells = len(exp.grid(cfg))  # the seed's dependent runs (one cell) and a cell per run's row
     with pytest.raises(KeyboardInterrupt):
-        run_powerflow("", "", out=tmp_path, workers=1, progress=interrupt, prepared=prep, plots=False)
+        run_protocol(exp, cfg, tmp_path, workers=1, progress=interrupt, plots=False)
     kept = len(cached_cells(tmp_path))
     assert kept >= 3
     result = CliRunner().invoke(experiment_app, [*POWERFLOW, "--out", str(tmp_path), "--workers", "1"])
     assert result.exit_code == 0, result.output
-    assert f"resumed {kept} of 6 runs from {tmp_path / CELLS_DIR}" in result.output
+    assert f"resumed {kept} of {cells} runs from {tmp_path / CELLS_DIR}" in result.output
     assert not (tmp_path / CELLS_DIR).exists()
     fresh = CliRunner().invoke(experiment_app, [*POWERFLOW, "--out", str(tmp_path / "b"), "--fresh"])
     assert fresh.exit_code == 0 and "resumed" not in fresh.output

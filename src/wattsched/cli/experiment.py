@@ -6,7 +6,6 @@ each goes as its experiment moves onto ``experiments/protocol.py`` (whose comman
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -97,108 +96,6 @@ def parse_numbers(text: str, kind: type, option: str, example: str) -> list:
 @experiment_app.callback()
 def _experiments() -> None:
     """Reproduction experiments (policy x seed grids) with tables and plots."""
-
-
-@experiment_app.command("powerflow")
-def powerflow(
-    workload: Annotated[str, typer.Option(help="workload name or CSV path, e.g. pollux/workload-6")],
-    cluster: Annotated[str, typer.Option(help="cluster name or YAML path, e.g. n16g4")],
-    gpu_type: Annotated[
-        str | None, typer.Option(help="GPU model for every node of a single-model cluster (e.g. T4)")
-    ] = None,
-    seeds: Annotated[int, typer.Option(help="runs per setting, seeds 42, 43, ...")] = 3,
-    baselines: Annotated[
-        str, typer.Option(help="comma-separated: fifo (queue fifo + first-fit) and allocation policies")
-    ] = "fifo,tiresias,gandiva,optimus-greedy",
-    budget_points: Annotated[
-        int, typer.Option(help="PowerFlow budgets from 60 % to 120 % of the largest baseline energy")
-    ] = 7,
-    caps: Annotated[
-        str, typer.Option(help="comma-separated SM-clock caps (fractions of f_max) for the baselines")
-    ] = "1.0,0.9,0.8,0.7,0.6",
-    power_manager: Annotated[
-        str,
-        typer.Option(
-            help="comma-separated power managers (always-on, idle-timeout, forecast): the whole grid runs once "
-            "under each, every run of a grid under the same one; with several, DIR/<manager>/ and a headline "
-            "per manager in DIR/summary.md"
-        ),
-    ] = "always-on,idle-timeout",
-    out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/powerflow"),
-    profiles: ProfilesOption = None,
-    columns: ColumnsOption = None,
-    workers: WorkersOption = None,
-    backend: BackendOption = "process",
-    address: AddressOption = None,
-    fresh: FreshOption = False,
-    data_dir: DataDirOption = None,
-    quiet: QuietOption = False,
-) -> None:
-    """PowerFlow-reconstructed vs baselines at equal energy, with budget and clock-cap sweeps."""
-    from ..experiments.grid import parse_list
-    from ..experiments.powerflow import (
-        LABEL,
-        check_power_managers,
-        parse_caps,
-        prepare,
-        run_experiment,
-        run_power_managers,
-    )
-
-    with user_errors():
-        execution = grid_execution(backend, address, fresh)
-        managers = check_power_managers(parse_list(power_manager))
-        prep = prepare(
-            workload,
-            cluster,
-            gpu_type,
-            seeds,
-            parse_list(baselines),
-            budget_points,
-            parse_caps(caps),
-            managers[0],
-            data_dir,
-            column_mapping(columns),
-            profiles,
-        )
-        with progress_bar(f"powerflow {workload}", enabled=not quiet) as progress:
-            if len(managers) == 1:
-                results = {
-                    managers[0]: run_experiment(
-                        workload,
-                        cluster,
-                        out=out,
-                        workers=workers,
-                        progress=progress,
-                        prepared=prep,
-                        execution=execution,
-                    )
-                }
-            else:
-                results = run_power_managers(
-                    prep, managers, out=out, workers=workers, progress=progress, execution=execution
-                ).per_manager
-    for pm, result in results.items():
-        s = result.summary
-        console.print(
-            f"power manager {pm}: {s['runs']} runs in {s['wall_s']:.1f} s on {s['workers']} worker(s); "
-            f"{LABEL} is a reconstruction"
-        )
-        for b in s["baselines"]:
-            r = s["per_baseline"][b]
-            how = ", ".join(f"{n} {k}" for k, n in sorted(Counter(r["statuses"]).items()))
-            console.print(
-                f"  vs {b}: mean JCT ratio {r['ratio']:.2f} ± {r['ratio_std']:.2f} at the baseline's energy "
-                f"({how}); PowerFlow's equal-energy run {r['budget_error_pct']:+.1f} % off that energy"
-            )
-        console.print(
-            "  energies over the window of each seed's baselines and no-budget run, which PowerFlow's budgets "
-            "cover (docs/powerflow.md); within: the run landed within ±2 %; unused: PowerFlow cannot use that "
-            "much, its no-budget JCT; interpolated: on its budget sweep"
-        )
-        console.print(f"results.csv, sweep.csv, runs.csv, summary.md and plots in [bold]{result.out}[/]")
-    if len(results) > 1:
-        console.print(f"headline per power manager: [bold]{out / 'summary.md'}[/] and headline.csv")
 
 
 # -- protocol experiments: one command each, generated from the experiment's config ---------------------------

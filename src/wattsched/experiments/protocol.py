@@ -100,6 +100,12 @@ class Experiment(ABC):
     def grid(self, cfg: BaseModel) -> list[Cell]:
         """The runs, in the order their rows are written."""
 
+    def next_cells(self, cfg: BaseModel, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> list[Cell]:
+        """Runs that depend on runs done so far (`cells` and their `outcomes`, every round's): the protocol runs
+        them as a further round, and asks again until none is left. E.g. PowerFlow's equal-energy runs, whose
+        budgets are its baselines' energies. None by default."""
+        return []
+
     def start_order(self, cells: Sequence[Cell]) -> list[int]:
         """The order the cells start in (longest first keeps the workers busy to the end); the records keep the
         grid's order whatever it is. By default the grid's order."""
@@ -228,12 +234,21 @@ def run_experiment(
     cells = experiment.grid(cfg)  # checks the settings first: a bad one leaves no directory behind
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    order = experiment.start_order(cells)
-    if sorted(order) != list(range(len(cells))):
-        raise ValueError(f"{experiment.name}: start_order must order every cell once")
-    tasks = [(i,) for i in order]
-    done = run_tasks(_run_cell, (experiment, cells), tasks, workers, progress, out, execution)
-    outcomes = [o for _, o in sorted(done.results, key=lambda r: r[0])]
+    outcomes: list[Outcome] = []
+    used_workers = 0
+    todo = cells
+    while todo:
+        order = experiment.start_order(todo)
+        if sorted(order) != list(range(len(todo))):
+            raise ValueError(f"{experiment.name}: start_order must order every cell once")
+        counted = None if progress is None else _counting_from(len(outcomes), progress)
+        done = run_tasks(
+            _run_cell, (experiment, todo), [(i,) for i in order], workers, counted, out, execution
+        )
+        outcomes += [o for _, o in sorted(done.results, key=lambda r: r[0])]
+        used_workers = max(used_workers, done.workers)
+        todo = experiment.next_cells(cfg, cells, outcomes)
+        cells = [*cells, *todo]
     window = experiment.charge(cells, outcomes)
     records = pd.DataFrame(
         [_row(experiment.name, c, o) for c, o in zip(cells, outcomes, strict=True) if o.metrics is not None],
@@ -250,12 +265,17 @@ def run_experiment(
         figures = plots_if_available(lambda: experiment.plots(cfg, records, outcomes, out)) or []
     backend = (execution or Execution()).backend
     wall = time.perf_counter() - started
-    ran = f"{len(cells)} cells in {wall:,.1f} s on {done.workers} worker(s), {backend} backend."
+    ran = f"{len(cells)} cells in {wall:,.1f} s on {used_workers} worker(s), {backend} backend."
     write_text(files[1], render_summary(experiment, cfg, records, window, figures, outcomes, ran))
     grid_done(out)
     return ProtocolResult(
-        out, records, [*files, *own, *figures], window, time.perf_counter() - started, done.workers, outcomes
+        out, records, [*files, *own, *figures], window, time.perf_counter() - started, used_workers, outcomes
     )
+
+
+def _counting_from(before: int, progress: ProgressFn) -> ProgressFn:
+    """The progress of a later round counts the cells of every round before it."""
+    return lambda n, total: progress(before + n, before + total)
 
 
 def _row(name: str, cell: Cell, o: Outcome) -> dict[str, Any]:
