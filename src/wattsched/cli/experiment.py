@@ -1,7 +1,7 @@
 """`wattsched experiment ...`: reproduction experiments that run a grid of policies x seeds.
 
-Still one file (~610 lines): the seven hand-written commands of the experiments written before the protocol;
-each goes as its experiment moves onto ``experiments/protocol.py`` (whose commands are generated here).
+One command per registered experiment (``experiments/protocol.py``), generated here from the experiment's config
+(one flag per field, as ``simulate``'s are) plus the options every experiment shares.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ..experiments.config import SimulationConfig
 from ..experiments.parallel import Execution
 from .common import console, err_console, progress_bar, user_errors
-from .options import config_options, parse_key_values
 
 experiment_app = typer.Typer(
     help="Reproduction experiments (policy x seed grids) with tables and plots.", no_args_is_help=True
@@ -51,20 +49,9 @@ FreshOption = Annotated[
     bool,
     typer.Option("--fresh", help="rerun every run, clearing those an interrupted run of this --out kept"),
 ]
-DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
 PlotsOption = Annotated[
     bool, typer.Option("--plots/--no-plots", help=escape("write the figures (PNG; needs the [plots] extra)"))
-]
-# The column mapping of a CSV workload: the same option as `simulate --columns`, from the same config field.
-_COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("columns",))
-ColumnsOption = Annotated[
-    list[str] | None, typer.Option(_COLUMNS.flag, help=escape(_COLUMNS.help), metavar=_COLUMNS.metavar)
-]
-# Measured profiles: the same option as `simulate --profiles`, from the same config field.
-_PROFILES = next(o for o in config_options(SimulationConfig) if o.path == ("profiles",))
-ProfilesOption = Annotated[
-    str | None, typer.Option(_PROFILES.flag, help=escape(_PROFILES.help), metavar=_PROFILES.metavar)
 ]
 
 
@@ -77,20 +64,6 @@ def grid_execution(backend: str, address: str | None, fresh: bool) -> Execution:
     execution = Execution(backend, address, fresh=fresh, notify=_notice)
     execution.check()
     return execution
-
-
-def column_mapping(items: list[str] | None) -> dict[str, str]:
-    return parse_key_values(items or [], _COLUMNS.flag, _COLUMNS.metavar)
-
-
-def parse_numbers(text: str, kind: type, option: str, example: str) -> list:
-    """A comma-separated option as numbers of `kind`; a bad item is a usage error naming the option."""
-    from ..experiments.grid import parse_list
-
-    try:
-        return [kind(item) for item in parse_list(text)]
-    except ValueError:
-        raise typer.BadParameter(f"{option}: expected numbers such as {example}, got {text!r}") from None
 
 
 @experiment_app.callback()

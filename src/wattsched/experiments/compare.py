@@ -2,25 +2,22 @@
 
 A row is one run: a run directory (``summary.json`` and ``config.resolved.yaml``, written by ``simulate --out``),
 each run directory inside a directory of runs (``wattsched demo``'s output), or each run of an experiment as its
-per-run table records it (``EXPERIMENT_TABLES``). Columns: the run's label, its policy, whether a registered
-policy it ran is a reconstruction and on what basis, the metrics (``METRICS``; a column only where some run
-records it, NaN for a run that does not) and each metric's change against a baseline run in per cent. Pure:
-directories in, a DataFrame out.
+``records.csv`` records it (the one run-record schema of ``experiments/protocol.py``). Columns: the run's label,
+its policy, whether a registered policy it ran is a reconstruction and on what basis, the metrics (``METRICS``; a
+column only where some run records it, NaN for a run that does not) and each metric's change against a baseline
+run in per cent. Pure: directories in, a DataFrame out.
 
 Run directories compared with one another are charged over one common window (``experiments.window``): their
 energy, cost and carbon columns hold the common-window figures, ``own_window_kwh`` the run's own, and
 ``frame.attrs["window"]`` names the window. An experiment's rows are as the experiment reports them (each
 experiment charges its compared runs over their common window itself).
-
-Still one file (~670 lines): the table of ``EXPERIMENT_TABLES`` (one entry per experiment written before the
-experiment protocol) shrinks as each moves onto ``experiments/protocol.py``, whose ``records.csv`` needs none.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,196 +251,19 @@ def run_row(path: Path) -> dict[str, Any]:
     return row
 
 
-# -- what an experiment records ----------------------------------------------------------------------------
-
-Source = str | tuple[str, float] | Callable[[pd.DataFrame], pd.Series]
-
-
-@dataclass(frozen=True)
-class ExperimentTable:
-    """How one experiment's per-run table maps onto the comparison: the file, the columns that identify it, the
-    columns that tell its runs apart (the row label), the policy of a row, the registered policies a row ran
-    (for the reconstructed mark) and each metric's source: a column, a column times a factor, or a function."""
-
-    experiment: str
-    file: str
-    marker: frozenset[str]
-    keys: tuple[str, ...]
-    metrics: Mapping[str, Source]
-    policy: Callable[[Mapping[str, Any]], str] = lambda r: str(r["policy"])
-    knobs: Callable[[Mapping[str, Any]], Mapping[str, str]] = lambda r: {}
-    last_row_per_run: bool = False  # a table of curves: a run's figures are its last row
-
-    def matches(self, path: Path) -> bool:
-        file = path / self.file
-        if not file.is_file():
-            return False
-        try:
-            header = pd.read_csv(file, nrows=0).columns
-        except (OSError, ValueError, pd.errors.ParserError):
-            return False
-        return self.marker <= set(header)
-
-    def rows(self, path: Path) -> Iterator[dict[str, Any]]:
-        file = path / self.file
-        try:
-            table = pd.read_csv(file)
-        except (OSError, ValueError, pd.errors.ParserError) as exc:
-            raise WattschedError(f"{file}: cannot read the experiment's table ({one_line(exc)})") from None
-        keys = [k for k in self.keys if k in table.columns]
-        if self.last_row_per_run and keys:
-            table = table.groupby(keys, sort=False, dropna=False).tail(1)
-        values = {key: _source_values(table, source) for key, source in self.metrics.items()}
-        for i, row in enumerate(table.to_dict("records")):
-            label = (
-                " ".join(f"{k}={_text(row[k])}" for k in keys if not _is_missing(row[k])) or f"row {i + 1}"
-            )
-            metrics = {key: float(v[i]) for key, v in values.items()}
-            yield _row(
-                f"{path} {label}",
-                path,
-                self.experiment,
-                self.policy(row),
-                reconstruction_bases(self.knobs(row)),
-                metrics,
-            )
-
-
-def _source_values(table: pd.DataFrame, source: Source) -> np.ndarray:
-    if callable(source):
-        values = source(table)
-    else:
-        column, factor = (source, 1.0) if isinstance(source, str) else source
-        if column not in table.columns:
-            return np.full(len(table), np.nan)
-        values = table[column] * factor if factor != 1.0 else table[column]
-    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+# -- a protocol experiment's records: one schema for any experiment (experiments/protocol.py) -----------------
+PROTOCOL_RECORDS = "records.csv"
+PROTOCOL_MARKER = frozenset({"experiment", "policy", "basis"})
 
 
 def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == ""
 
 
-def _is_true(value: Any) -> bool:
-    return str(value).strip().lower() == "true"
-
-
 def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
-
-
-def _deadline_misses_of_task_sets(t: pd.DataFrame) -> pd.Series:
-    return (t["tasks"] * (1.0 - t["deadline_met_fraction"])).round()
-
-
-def _policy_knobs(module: str, table: str) -> Callable[[Mapping[str, Any]], Mapping[str, str]]:
-    """The registered policies of a row whose `policy` names an entry of the experiment module's `table`."""
-
-    def knobs(row: Mapping[str, Any]) -> Mapping[str, str]:
-        from importlib import import_module
-
-        return getattr(import_module(f"wattsched.experiments.{module}"), table).get(str(row["policy"]), {})
-
-    return knobs
-
-
-def _powerflow_knobs(row: Mapping[str, Any]) -> Mapping[str, str]:
-    from .powerflow import policy_knobs
-
-    return policy_knobs(str(row["policy"]))
-
-
-EXPERIMENT_TABLES = (
-    ExperimentTable(
-        "fgd-pwr", "curves.csv", frozenset({"arrived_pct", "alloc_pct", "grar", "power_w"}),
-        ("trace", "policy", "seed"),
-        {"gpu_allocation": ("alloc_pct", 0.01), "grar": "grar"},
-        knobs=lambda r: {"placement": str(r["policy"])}, last_row_per_run=True,
-    ),
-    ExperimentTable(
-        "powerflow", "runs.csv", frozenset({"kind", "budget_fraction", "sm_clock_cap", "energy_kwh"}),
-        ("kind", "policy", "baseline", "seed", "sm_clock_cap", "budget_fraction"),
-        {
-            "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "mean_jct_s",
-            "own_window_kwh": "own_window_kwh",
-            "jct_p95_s": "p95_jct_s", "queue_delay_mean_s": "queue_delay_mean_s", "makespan_s": "makespan_s",
-            "gpu_allocation": "gpu_allocation_mean", "restarts": "restarts",
-        },
-        knobs=_powerflow_knobs,
-    ),
-    ExperimentTable(
-        "eaco", "results.csv", frozenset({"nodes", "avg_active_nodes", "colocations"}), ("nodes", "policy", "seed"),
-        {
-            "jobs_completed": "jobs_completed", "energy_kwh": "energy_kwh", "jct_mean_s": "avg_jct_s",
-            "own_window_kwh": "own_window_kwh",
-            "queue_delay_mean_s": "avg_queue_s", "makespan_s": "makespan_s", "gpu_allocation": "gpu_allocation",
-            "restarts": "restarts",
-        },
-        knobs=_policy_knobs("eaco", "POLICIES"),
-    ),
-    ExperimentTable(
-        "cedla", "results.csv", frozenset({"region", "cost_usd", "slo_violation_hours"}), ("policy", "region"),
-        {
-            "energy_kwh": "energy_kwh", "cost_usd": "cost_usd", "co2_kg": "co2_kg", "jct_mean_s": "mean_jct_s",
-            "own_window_kwh": "own_window_kwh",
-            "gpu_allocation": "gpu_allocation", "deadline_misses": "deadline_misses",
-            "slo_violation_hours": "slo_violation_hours",
-        },
-        knobs=_policy_knobs("cedla", "POLICIES"),
-    ),
-    # HKBU-DVFS task sets: the upstream list scheduler on drawn task sets (energy in J)
-    ExperimentTable(
-        "hkbu-dvfs", "results.csv", frozenset({"utilisation", "algorithm", "dvfs", "drs", "total_j"}),
-        ("model", "mode", "utilisation", "seed", "algorithm", "dvfs", "drs"),
-        {"energy_kwh": ("total_j", 1 / 3.6e6), "deadline_misses": _deadline_misses_of_task_sets},
-        policy=lambda r: " ".join([str(r["algorithm"]), *(k for k in ("dvfs", "drs") if _is_true(r[k]))]),
-    ),
-    # HKBU-DVFS on a DL trace: one simulation per GPU type, variant and power manager
-    ExperimentTable(
-        "hkbu-dvfs", "trace.csv", frozenset({"variant", "training_energy_kwh", "total_energy_kwh"}),
-        ("gpu", "power_manager", "variant"),
-        {
-            "jobs_completed": "jobs_completed", "energy_kwh": "total_energy_kwh",
-            "own_window_kwh": "own_window_kwh",
-            "energy_gpu_active_kwh": "training_energy_kwh", "jct_mean_s": "jct_mean_s",
-            "makespan_s": "makespan_s", "deadline_misses": "deadline_misses",
-        },
-        knobs=lambda r: {"allocation": str(r["policy"]), "power_manager": str(r["power_manager"])},
-    ),
-    ExperimentTable(
-        "hkbu-dag", "results.csv", frozenset({"gpu_pick", "comm", "mean_jct_ms", "energy_kj"}),
-        ("placement", "gpu_pick", "comm", "seed"),
-        {
-            "energy_kwh": ("energy_kj", 1 / 3600), "jct_mean_s": ("mean_jct_ms", 1e-3),
-            "queue_delay_mean_s": ("mean_queue_ms", 1e-3), "makespan_s": ("makespan_ms", 1e-3),
-        },
-        policy=lambda r: f"{r['placement']}+{r['gpu_pick']} {r['comm']}",
-        knobs=lambda r: {"allocation": "hkbu-dag"},
-    ),
-    # HKBU-OnlinePD: its Philly replay (the small instances of ratios.csv are not runs)
-    ExperimentTable(
-        "hkbu-online-pd", "philly.csv", frozenset({"policy", "on_time", "net_value_usd"}), ("policy",),
-        {
-            "jobs_completed": "completed", "energy_kwh": "energy_kwh", "cost_usd": "energy_cost_usd",
-            "own_window_kwh": "own_window_kwh",
-            "jct_mean_s": "jct_mean_s", "gpu_allocation": "gpu_allocation_mean",
-            "deadline_misses": "deadline_misses",
-        },
-        knobs=_policy_knobs("hkbu_online_pd", "PHILLY_POLICIES"),
-    ),
-)  # fmt: skip
-# Experiment outputs that hold no runs to compare, and why.
-NO_RUNS = {
-    "ratios.csv": "the hkbu-online-pd experiment without its Philly replay (--no-philly): ratios.csv compares "
-    "online and offline objectives of small instances, not runs with energy or JCT",
-}
-
-
-# -- a protocol experiment's records: one schema for any experiment (experiments/protocol.py) -----------------
-PROTOCOL_RECORDS = "records.csv"
-PROTOCOL_MARKER = frozenset({"experiment", "policy", "basis"})
 
 
 def is_protocol_output(path: Path) -> bool:
@@ -515,12 +335,6 @@ def rows_of(path: str | Path) -> list[dict[str, Any]]:
         if not rows:
             raise WattschedError(f"{path}: no runs to compare: {_no_runs_reason(path)}")
         return rows
-    tables = [t for t in EXPERIMENT_TABLES if t.matches(path)]
-    if tables:
-        return [row for t in tables for row in t.rows(path)]
-    for name, why in NO_RUNS.items():
-        if (path / name).is_file():
-            raise WattschedError(f"{path}: no runs to compare: {why}")
     runs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
     if runs:
         return [run_row(p) for p in runs]
