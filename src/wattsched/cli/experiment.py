@@ -55,7 +55,7 @@ FreshOption = Annotated[
 DataDirOption = Annotated[str | None, typer.Option(help="local dataset directory (else $WATTSCHED_DATA)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
 PlotsOption = Annotated[
-    bool, typer.Option("--plots/--no-plots", help="write the figures (PNG; needs the [plots] extra)")
+    bool, typer.Option("--plots/--no-plots", help=escape("write the figures (PNG; needs the [plots] extra)"))
 ]
 # The column mapping of a CSV workload: the same option as `simulate --columns`, from the same config field.
 _COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("columns",))
