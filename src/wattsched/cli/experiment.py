@@ -58,12 +58,12 @@ PlotsOption = Annotated[
     bool, typer.Option("--plots/--no-plots", help=escape("write the figures (PNG; needs the [plots] extra)"))
 ]
 # The column mapping of a CSV workload: the same option as `simulate --columns`, from the same config field.
-_COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("columns",))
+_COLUMNS = next(o for o in config_options(SimulationConfig) if o.path == ("workload", "columns"))
 ColumnsOption = Annotated[
     list[str] | None, typer.Option(_COLUMNS.flag, help=escape(_COLUMNS.help), metavar=_COLUMNS.metavar)
 ]
 # Measured profiles: the same option as `simulate --profiles`, from the same config field.
-_PROFILES = next(o for o in config_options(SimulationConfig) if o.path == ("profiles",))
+_PROFILES = next(o for o in config_options(SimulationConfig) if o.path == ("perf", "profiles"))
 ProfilesOption = Annotated[
     str | None, typer.Option(_PROFILES.flag, help=escape(_PROFILES.help), metavar=_PROFILES.metavar)
 ]

@@ -42,6 +42,7 @@ from .compare import (
     job_model_differences,
     shown_metrics,
 )
+from .config import flat_settings
 from .grid import thinned
 from .jobmodel import summary_line
 
@@ -69,7 +70,7 @@ class RunData:
     name: str  # a short name for legends
     path: Path
     summary: dict[str, Any]
-    config: dict[str, Any]
+    config: dict[str, Any]  # its config.resolved.yaml by flat keys (config.flat_settings), in either form
     series: pd.DataFrame | None
     jobs: pd.DataFrame | None
 
@@ -114,7 +115,7 @@ def load_run(label: str, name: str, path: Path) -> RunData:
         name=name,
         path=path,
         summary=_read_json(path / "summary.json"),
-        config=_read_yaml(path / "config.resolved.yaml"),
+        config=flat_settings(_read_yaml(path / "config.resolved.yaml")),
         series=_read_table(path, "timeseries"),
         jobs=_read_table(path, "jobs", ("jct_s", "status", "model_assigned")),
     )
