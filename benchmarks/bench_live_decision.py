@@ -44,7 +44,7 @@ def measure(fake: FakeSlurm, queue: str, placement: str, jobs: int, decisions: i
         demand += submit_one()
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
     cfg = SimulationConfig(queue=queue, placement=placement)
-    driver = LiveDriver(backend, build_scheduler(cfg, None), JobStore(":memory:"))
+    driver = LiveDriver(backend, build_scheduler(cfg.scheduler_config(), None), JobStore(":memory:"))
     observe, applied, pending = [], [], []
     for _ in range(20 * decisions):  # bounded
         if len(pending) >= decisions:

@@ -50,7 +50,7 @@ def test_the_scheduler_writes_the_setting_on_the_job_before_letting_it_go():
     fake = FakeSlurm.uniform(1)
     job_id = fake.submit(2, duration_s=5)
     driver = LiveDriver(SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now),
-                        build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None),
+                        build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None),
                         JobStore(":memory:"))  # fmt: skip
     driver.step()  # places it at default clocks
     assert fake.jobs[int(job_id)].comment == ""

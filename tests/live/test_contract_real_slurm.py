@@ -28,9 +28,14 @@ TOLERANCE_S = 2.5
     ids=lambda p: "+".join(p.values()),
 )
 def test_real_slurm_decides_as_the_simulator(local_slurm, tmp_path, policy):
-    sim = run_simulator(build_scheduler(SimulationConfig(**policy), None), None, script=SHORT_SCRIPT)
+    sim = run_simulator(
+        build_scheduler(SimulationConfig(**policy).scheduler_config(), None), None, script=SHORT_SCRIPT
+    )
     live = run_real_slurm(
-        local_slurm, build_scheduler(SimulationConfig(**policy), None), SHORT_SCRIPT, tmp_path
+        local_slurm,
+        build_scheduler(SimulationConfig(**policy).scheduler_config(), None),
+        SHORT_SCRIPT,
+        tmp_path,
     )
     assert len(sim) >= len(SHORT_SCRIPT)
     diff = first_difference(sim, live, TOLERANCE_S)

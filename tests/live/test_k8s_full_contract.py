@@ -80,7 +80,7 @@ def test_the_full_contract_on_a_real_api_server_decides_as_the_simulator(k8s, tm
     kubelet = Kubelet(api, {name: float(d) for name, _, _, d in SHORT_SCRIPT})
     backend = K8sBackend(api, SCHEDULER, eviction_grace_s=0)
     driver = LiveDriver(
-        backend, RecordingScheduler(build_scheduler(SimulationConfig(**policy), None), log),
+        backend, RecordingScheduler(build_scheduler(SimulationConfig(**policy).scheduler_config(), None), log),
         JobStore(tmp_path / "k8s.sqlite"),
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -91,7 +91,9 @@ def test_the_full_contract_on_a_real_api_server_decides_as_the_simulator(k8s, tm
         if all((p.get("status") or {}).get("phase") == "Succeeded" for p in _pods(api)):
             break
         time.sleep(0.1)
-    sim = run_simulator(build_scheduler(SimulationConfig(**policy), None), None, script=SHORT_SCRIPT)
+    sim = run_simulator(
+        build_scheduler(SimulationConfig(**policy).scheduler_config(), None), None, script=SHORT_SCRIPT
+    )
     assert len(log.entries) == len(SHORT_SCRIPT)
     diff = first_difference(sim, log.entries, TOLERANCE_S)
     assert diff is None, diff
@@ -103,7 +105,7 @@ def test_a_stop_evicts_with_a_checkpoint_annotation_and_queues_an_unbound_copy(k
     k8s.create_pod("train", gpus=2, scheduler_name=SCHEDULER)
     backend = K8sBackend(api, SCHEDULER, eviction_grace_s=0)
     driver = LiveDriver(
-        backend, build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None),
+        backend, build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None),
         JobStore(tmp_path / "k8s.sqlite"),
     )  # fmt: skip
     driver.step()
@@ -150,6 +152,6 @@ def test_what_kubernetes_cannot_do_is_refused_at_start(k8s, tmp_path):
     with pytest.raises(MissingCapability, match=r"resizing jobs .* a pod's GPU request cannot change"):
         LiveDriver(
             backend,
-            build_scheduler(SimulationConfig(allocation="optimus-greedy"), None),
+            build_scheduler(SimulationConfig(allocation="optimus-greedy").scheduler, None),
             JobStore(":memory:"),
         )

@@ -38,7 +38,7 @@ def submit(slurm: LocalSlurm, gpus: int, seconds: float, nodes: int = 1, payload
 def driver_for(slurm: LocalSlurm, placement: str, store: JobStore, runner=None) -> LiveDriver:
     backend = SlurmBackend(runner=runner or subprocess_runner(env=slurm.env), retry_wait_s=0.2)
     cfg = SimulationConfig(queue="fifo", placement=placement)
-    return LiveDriver(backend, build_scheduler(cfg, None), store)
+    return LiveDriver(backend, build_scheduler(cfg.scheduler_config(), None), store)
 
 
 def serve_until(driver: LiveDriver, done: Callable[[], bool], timeout: float, interval: float = 0.25) -> None:
@@ -77,7 +77,7 @@ def test_live_placements_and_start_order_match_the_simulator(local_slurm, cleanu
     driver = driver_for(local_slurm, placement, JobStore(tmp_path / "state.sqlite"))
     serve_until(driver, finished(local_slurm, list(durations)), timeout=150, interval=0.1)
     driver.step()  # the mirror sees the last completions
-    table = compare(driver, SimulationConfig(queue="fifo", placement=placement), durations)
+    table = compare(driver, SimulationConfig(queue="fifo", placement=placement).scheduler, durations)
     assert table.same_nodes.all(), table.to_string()
     assert table.same_rank.all(), table.to_string()
     # where Slurm really ran them: the nodes the policy chose; the 2-node gang started on both at once
@@ -189,7 +189,7 @@ def test_the_idle_timeout_manager_powers_nodes_down_and_up_through_slurm(local_s
     from wattsched.policies.power import IdleTimeout
 
     backend = SlurmBackend(runner=subprocess_runner(env=local_slurm.env), retry_wait_s=0.2)
-    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None)
     driver = LiveDriver(backend, sched, JobStore(tmp_path / "state.sqlite"), power_manager=IdleTimeout(2))
     serve_until(driver, lambda: driver.cluster is not None and (driver.cluster.power_state == OFF).all(), 60)
     assert all("POWERED_DOWN" in flags for _, flags in local_slurm.node_states().values())

@@ -114,7 +114,7 @@ def workloads(draw):
 def _run(name: str, jobs: JobTable, nodes: int, seed: int):
     spec = make_cluster([(GPUS_PER_NODE, "V100", 64_000, 262_144)] * nodes)
     cfg = SimulationConfig(allocation=name, data_dir=str(FIXTURES), seed=seed)
-    scheduler = build_scheduler(cfg, None)
+    scheduler = build_scheduler(cfg.scheduler_config(), None)
     perf, jobs = build_perf(cfg, jobs, spec, scheduler, np.random.default_rng(seed))
     config = PowerStateConfig(idle_timeout_s=IDLE_TIMEOUT_S)
     check = IdleWaitCheck(scheduler.round_s)

@@ -89,12 +89,17 @@ def spans(sim, job: int) -> list[tuple[float, float]]:
 
 
 def test_build_scheduler_uses_the_policy_round_or_the_default():
-    gandiva = build_scheduler(SimulationConfig(allocation="gandiva"), None)
+    gandiva = build_scheduler(SimulationConfig(allocation="gandiva").scheduler, None)
     assert isinstance(gandiva.policy, Gandiva) and gandiva.round_s == 60.0
-    tiresias = build_scheduler(SimulationConfig(allocation="tiresias"), None)
+    tiresias = build_scheduler(SimulationConfig(allocation="tiresias").scheduler, None)
     assert tiresias.round_s == DEFAULT_ROUND_S == 300.0
-    assert build_scheduler(SimulationConfig(allocation="optimus-greedy"), None).round_s == 60.0  # Pollux's
-    assert build_scheduler(SimulationConfig(allocation="optimus-greedy", round_s=120), None).round_s == 120.0
+    assert (
+        build_scheduler(SimulationConfig(allocation="optimus-greedy").scheduler, None).round_s == 60.0
+    )  # Pollux's
+    assert (
+        build_scheduler(SimulationConfig(allocation="optimus-greedy", round_s=120).scheduler, None).round_s
+        == 120.0
+    )
 
 
 # -- Tiresias ------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""policies/build.py: the one scheduler builder, from its own small config or from a SimulationConfig."""
+"""policies/build.py: the one scheduler builder, from its own small config or from a SimulationConfig's scheduler
+group."""
 
 import pytest
 
@@ -12,13 +13,13 @@ from wattsched.policies.build import DEFAULT_ROUND_S, SchedulerConfig, build_sch
 def test_queue_and_placement():
     s = build_scheduler(SchedulerConfig(queue="fifo", placement="best-fit"))
     assert isinstance(s, QueuePlacementScheduler)
-    assert s.describe() == run_build_scheduler(SimulationConfig(), None).describe()
+    assert s.describe() == run_build_scheduler(SimulationConfig().scheduler, None).describe()
 
 
 @pytest.mark.parametrize("name", ["gandiva", "tiresias", "powerflow", "eaco"])
 def test_allocation_policies_match_the_simulation_config(name):
     cfg = SimulationConfig(allocation=name, energy_budget_kwh=5.0 if name == "powerflow" else None)
-    ours, theirs = build_scheduler(cfg), run_build_scheduler(cfg, None)
+    ours, theirs = build_scheduler(cfg.scheduler), run_build_scheduler(cfg.scheduler_config(), None)
     assert isinstance(ours, RoundScheduler) and isinstance(theirs, RoundScheduler)
     assert (ours.name, ours.round_s, ours.decide_on_arrival, ours.decide_on_release) == (
         theirs.name, theirs.round_s, theirs.decide_on_arrival, theirs.decide_on_release

@@ -23,8 +23,12 @@ def test_forecast_drs_row_sits_beside_the_idle_timeout_one():
     assert next(iter(POLICIES)) == BASELINE
     idle = _setup().config("price-unaware-drs", "US-CAL-CISO")
     forecast = _setup().config("price-unaware-drs-forecast", "US-CAL-CISO")
-    assert (idle.queue, idle.placement, idle.power_manager) == ("fifo", "best-fit", "idle-timeout")
-    assert (forecast.queue, forecast.placement, forecast.power_manager) == ("fifo", "best-fit", "forecast")
+    for cfg, manager in ((idle, "idle-timeout"), (forecast, "forecast")):
+        assert (cfg.scheduler.queue, cfg.scheduler.placement, cfg.energy.power_manager) == (
+            "fifo",
+            "best-fit",
+            manager,
+        )
     assert "forecast" in POWER_MANAGERS
 
 
@@ -35,7 +39,7 @@ def test_every_row_gets_the_same_power_manager_settings():
         assert len(values) == 1, name
     cedla = _setup().config("cedla", "US-CAL-CISO")
     forecast = _setup().config("price-unaware-drs-forecast", "US-CAL-CISO")
-    skip = {"queue", "placement", "allocation", "power_manager"}
+    skip = {"scheduler.queue", "scheduler.placement", "scheduler.allocation", "energy.power_manager"}
     a, b = _flat(cedla.model_dump()), _flat(forecast.model_dump())
     assert {k for k in a if a[k] != b.get(k)} <= skip
 

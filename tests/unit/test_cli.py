@@ -158,13 +158,14 @@ def test_demo_runs_the_energy_aware_policies_on_built_in_data_only(tmp_path, mon
     assert f"changes against {BASELINE}" in res.output
     for name in names:
         cfg = yaml.safe_load((out / name / "config.resolved.yaml").read_text())
-        assert cfg["performance"] == "generated" and cfg["price_csv"].endswith("generated-price.csv")
+        assert cfg["perf"]["performance"] == "generated"
+        assert cfg["signals"]["price_csv"].endswith("generated-price.csv")
     # PowerFlow's budget is the baseline's own-window energy; the table compares over the common window
     own_kwh = table.loc[table["run"] == BASELINE, "own_window_kwh"].iloc[0]
     pf_cfg = yaml.safe_load((out / "powerflow" / "config.resolved.yaml").read_text())
-    assert pf_cfg["energy_budget_kwh"] == pytest.approx(own_kwh, rel=1e-6)
+    assert pf_cfg["scheduler"]["energy_budget_kwh"] == pytest.approx(own_kwh, rel=1e-6)
     base_end = json.loads((out / BASELINE / "summary.json").read_text())["tail_power"]["end_s"]
-    assert pf_cfg["energy_budget_until_s"] == pytest.approx(
+    assert pf_cfg["scheduler"]["energy_budget_until_s"] == pytest.approx(
         base_end
     )  # the budget covers the baseline's window
     # the demo says where PowerFlow landed against the budget (within ±2 % here, or why not)

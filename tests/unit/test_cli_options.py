@@ -19,18 +19,31 @@ from typer.testing import CliRunner
 import wattsched.cli.main as cli_main
 from wattsched.cli.main import app
 from wattsched.cli.options import config_options
-from wattsched.experiments.config import SimulationConfig
+from wattsched.experiments.config import FLAT_KEYS, SimulationConfig
 
 runner = CliRunner()
 PERFDATA = Path(__file__).resolve().parent.parent / "fixtures" / "perfdata"
 
 # Settings that are mappings or lists: config file only (cli/options.py says so for every such field), except
 # str -> str mappings, which are repeatable KEY=VALUE flags.
-FILE_ONLY = {"synthetic.gpu_count_mix"}
-KEY_VALUE = {"columns"}
-LISTS = {"synthetic.share_milli", "synthetic.models"}  # one comma-separated flag each
+FILE_ONLY = {"workload.synthetic.gpu_count_mix"}
+KEY_VALUE = {"workload.columns"}
+LISTS = {"workload.synthetic.share_milli", "workload.synthetic.models"}  # one comma-separated flag each
 # Settings whose flag is not --<field-name> (named in the field's metadata).
-RENAMED = {"synthetic.num_jobs": "--jobs"}
+RENAMED = {
+    "workload.synthetic.num_jobs": "--jobs",
+    "workload.name": "--workload",
+    "energy.enabled": "--energy",
+}
+
+
+def nested(path: str) -> str:
+    """The nested path of a setting given by its flat key (``power_states.boot_time_s`` ->
+    ``energy.power_states.boot_time_s``; a top-level setting as it is)."""
+    head, _, rest = path.partition(".")
+    if head not in FLAT_KEYS:
+        return path
+    return ".".join((*FLAT_KEYS[head], *([rest] if rest else [])))
 
 
 def _scalar(annotation):
@@ -64,7 +77,12 @@ def expected_flag(path: str) -> str:
 
 def test_every_leaf_setting_has_a_flag_or_is_file_only():
     all_leaves = leaves(SimulationConfig)
-    assert {"power_states.boot_time_s", "synthetic.num_jobs", "round_s", "gpu_type"} <= set(all_leaves)
+    assert {
+        "energy.power_states.boot_time_s",
+        "workload.synthetic.num_jobs",
+        "scheduler.round_s",
+        "gpu_type",
+    } <= set(all_leaves)
     params = simulate_params()
     file_only = set()
     for path, annotation in all_leaves.items():
@@ -89,8 +107,8 @@ def test_every_leaf_setting_has_a_flag_or_is_file_only():
     assert generated == {p: expected_flag(p) for p in all_leaves if p not in FILE_ONLY}
 
 
-# One non-default value per flag; bool flags are given as --x / --no-x. Two invocations: gpu_power_limit and
-# gpu_sm_clock exclude each other.
+# One non-default value per flag, by the setting's flat key (nested() gives its path); bool flags are given as
+# --x / --no-x. Two invocations: gpu_power_limit and gpu_sm_clock exclude each other.
 VALUES = {
     "workload": ("wl.csv", "wl.csv"),
     "columns": (
@@ -173,7 +191,7 @@ EXCLUSIVE = {"gpu_power_limit": ("0.8", 0.8), "gpu_sm_clock": ("0.7", 0.7)}
 def _args(values: dict[str, tuple]) -> list[str]:
     args = []
     for path, (text, expected) in values.items():
-        flag = expected_flag(path)
+        flag = expected_flag(nested(path))
         if text is None:  # a boolean switch
             args.append(flag if expected else "--no-" + flag[2:])
         else:
@@ -183,14 +201,14 @@ def _args(values: dict[str, tuple]) -> list[str]:
 
 def _get(cfg: SimulationConfig, path: str):
     value = cfg
-    for part in path.split("."):
+    for part in nested(path).split("."):
         value = getattr(value, part)
     return value
 
 
 @pytest.mark.parametrize("exclusive", list(EXCLUSIVE))
 def test_every_flag_value_reaches_its_setting(monkeypatch, exclusive):
-    covered = set(VALUES) | set(EXCLUSIVE) | FILE_ONLY
+    covered = {nested(p) for p in [*VALUES, *EXCLUSIVE]} | FILE_ONLY
     assert covered == set(leaves(SimulationConfig))  # a new setting needs a value here
     seen = {}
     monkeypatch.setattr(cli_main, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
@@ -205,16 +223,26 @@ def test_every_flag_value_reaches_its_setting(monkeypatch, exclusive):
     assert _get(cfg, other) is None
 
 
-def test_flags_override_the_config_file_and_unset_flags_leave_it(monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "round_s: 90\npower_states:\n  boot_time_s: 50\n  shutdown_time_s: 20\nshuffle: false\n",  # flat
+        "scheduler:\n  round_s: 90\nenergy:\n  power_states:\n    boot_time_s: 50\n    shutdown_time_s: 20\n"
+        "workload:\n  shuffle: false\n",  # nested
+    ],
+    ids=["flat", "nested"],
+)
+def test_flags_override_the_config_file_and_unset_flags_leave_it(monkeypatch, tmp_path, text):
     seen = {}
     monkeypatch.setattr(cli_main, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
     path = tmp_path / "cfg.yaml"
-    path.write_text("round_s: 90\npower_states:\n  boot_time_s: 50\n  shutdown_time_s: 20\nshuffle: false\n")
+    path.write_text(text)
     result = runner.invoke(app, ["simulate", "--config", str(path), "--boot-time-s", "75", "--quiet"])
     assert result.exit_code == 0, result.output
     cfg = seen["cfg"]
-    assert cfg.round_s == 90.0 and cfg.shuffle is False
-    assert (cfg.power_states.boot_time_s, cfg.power_states.shutdown_time_s) == (75.0, 20.0)
+    assert cfg.scheduler.round_s == 90.0 and cfg.workload.shuffle is False
+    states = cfg.energy.power_states
+    assert (states.boot_time_s, states.shutdown_time_s) == (75.0, 20.0)
 
 
 def test_flags_reach_the_resolved_config_of_a_run(tmp_path):
@@ -232,10 +260,16 @@ def test_flags_reach_the_resolved_config_of_a_run(tmp_path):
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())
-    assert resolved["round_s"] == 120.0 and resolved["gpu_type"] == "T4"
-    assert resolved["allocation"] == "tiresias" and resolved["synthetic"]["num_jobs"] == 12
-    assert resolved["power_states"]["boot_time_s"] == 100.0 and resolved["shuffle"] is False
+    resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())  # the nested form
+    assert resolved["scheduler"]["round_s"] == 120.0 and resolved["gpu_type"] == "T4"
+    assert (
+        resolved["scheduler"]["allocation"] == "tiresias"
+        and resolved["workload"]["synthetic"]["num_jobs"] == 12
+    )
+    assert (
+        resolved["energy"]["power_states"]["boot_time_s"] == 100.0
+        and resolved["workload"]["shuffle"] is False
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policies"]["allocation"]["name"] == "tiresias" and summary["policies"]["round_s"] == 120.0
     assert summary["jobs_submitted"] == 12
@@ -275,6 +309,10 @@ def test_bad_flag_values_are_one_error_line(tmp_path, args, message):
 
 
 def test_profiles_choose_the_measured_sharing_model_unless_one_is_named():
-    assert SimulationConfig(profiles="p.csv").sharing_model == "measured"
-    assert SimulationConfig(profiles="p.csv", sharing_model="slicing").sharing_model == "slicing"
-    assert SimulationConfig().sharing_model == "slicing"
+    assert SimulationConfig(profiles="p.csv").perf.sharing_model == "measured"
+    assert SimulationConfig(profiles="p.csv", sharing_model="slicing").perf.sharing_model == "slicing"
+    assert SimulationConfig(perf={"profiles": "p.csv"}).perf.sharing_model == "measured"
+    assert (
+        SimulationConfig(profiles="p.csv", perf={"sharing_model": "slicing"}).perf.sharing_model == "slicing"
+    )
+    assert SimulationConfig().perf.sharing_model == "slicing"

@@ -117,7 +117,7 @@ def test_simulate_with_columns_writes_the_same_jobs_as_the_standard_names(tmp_pa
     assert result.exit_code == 0, result.output
     assert (a / "jobs.csv").read_bytes() == (b / "jobs.csv").read_bytes()
     assert (
-        "columns:\n  submit_time: submission_time\n  num_gpu: num_gpus\n"
+        "  columns:\n    submit_time: submission_time\n    num_gpu: num_gpus\n"
         in (b / "config.resolved.yaml").read_text()
     )
 
@@ -180,7 +180,7 @@ def test_mapping_errors_are_one_line(tmp_path, workload, columns, message):
     ids=["powerflow", "eaco", "cedla", "hkbu-dvfs"],
 )
 def test_every_experiment_run_config_carries_the_mapping(config):
-    assert config().columns == MAPPING
+    assert config().workload.columns == MAPPING
 
 
 @pytest.mark.parametrize(

@@ -253,7 +253,7 @@ def test_live_eaco_under_idle_timeout_starts_a_job_once_the_node_booted_for_it_i
 
     backend = K8sBackend(api, power_up_cmd="up {node}", power_down_cmd="down {node}", eviction_grace_s=0,
                          clock=lambda: now[0], hook_runner=hook)  # fmt: skip
-    scheduler = build_scheduler(SimulationConfig(allocation="eaco", round_s=5), None)
+    scheduler = build_scheduler(SimulationConfig(allocation="eaco", round_s=5).scheduler, None)
     driver = LiveDriver(backend, scheduler, JobStore(":memory:"), power_manager=IdleTimeout(10))
     kubelet = Kubelet(api, {"late": 8})
 
@@ -303,7 +303,7 @@ def test_live_mirror_counts_a_cancelled_waiting_job_and_a_job_held_again():
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
     driver = LiveDriver(
         backend,
-        build_scheduler(SimulationConfig(allocation="gavel-fifo", round_s=5), None),
+        build_scheduler(SimulationConfig(allocation="gavel-fifo", round_s=5).scheduler, None),
         JobStore(":memory:"),
     )
 

@@ -98,7 +98,7 @@ def test_example_policy_runs_in_the_simulator(policy_class):
 
 def test_example_policy_by_name_as_the_cli_builds_it(policy_class):
     """`--allocation smallest-first` resolves through the registry exactly as `wattsched simulate` does."""
-    scheduler = build_scheduler(SimulationConfig(allocation=NAME, round_s=300.0), None)
+    scheduler = build_scheduler(SimulationConfig(allocation=NAME, round_s=300.0).scheduler, None)
     assert isinstance(scheduler, RoundScheduler) and isinstance(scheduler.policy, policy_class)
     jobs, sim, out = _run(scheduler)
     _check(jobs, sim, out)

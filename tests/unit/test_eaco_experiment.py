@@ -125,9 +125,9 @@ def test_fifo_rows_are_gavels_and_the_old_rows_stay_for_reference(tmp_path):
     from wattsched.experiments.protocol import EXPERIMENTS, run_experiment
 
     setup = Setup()
-    assert setup.config("fifo", 28, 42).allocation == "gavel-fifo"
-    assert setup.config("fifo-packed", 28, 42).allocation == "gavel-fifo-packed"
-    assert setup.config("fifo-spread", 28, 42).placement == "least-allocated"
+    assert setup.config("fifo", 28, 42).scheduler.allocation == "gavel-fifo"
+    assert setup.config("fifo-packed", 28, 42).scheduler.allocation == "gavel-fifo-packed"
+    assert setup.config("fifo-spread", 28, 42).scheduler.placement == "least-allocated"
     assert "fifo-spread" not in DEFAULT_POLICIES and "fifo-best-fit" not in DEFAULT_POLICIES
     trace = _trace(tmp_path / "jobs.csv", n=30)
     cfg = EacoConfig(nodes=[28], seeds=1, workload=str(trace), max_jobs=0,

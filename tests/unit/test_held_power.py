@@ -233,7 +233,7 @@ def test_live_power_estimate_charges_a_starting_job_the_held_draw():
     fake = FakeSlurm.uniform(1)  # one node of 4 A100s: idle 50 W, max 400 W
     fake.submit(2, duration_s=20)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
-    driver = LiveDriver(backend, build_scheduler(SimulationConfig(), None), JobStore(":memory:"))
+    driver = LiveDriver(backend, build_scheduler(SimulationConfig().scheduler, None), JobStore(":memory:"))
     driver.step()  # the job is placed and let go; Slurm has not started it yet
     c = driver.cluster
     (job,) = c.targets

@@ -177,10 +177,10 @@ def test_one_workload_file_named_two_ways_is_one_workload(tmp_path, monkeypatch)
 
 def test_synthetic_settings_are_not_compared_for_a_trace_workload():
     a = SimulationConfig(workload="philly")
-    b = a.model_copy(update={"synthetic": a.synthetic.model_copy(update={"num_jobs": 5})})
+    b = a.model_copy(update={"synthetic": a.workload.synthetic.model_copy(update={"num_jobs": 5})})
     require_one_job_model({"a": a, "b": b}, "test")
     c = SimulationConfig(workload="synthetic")
-    d = c.model_copy(update={"synthetic": c.synthetic.model_copy(update={"num_jobs": 5})})
+    d = c.model_copy(update={"synthetic": c.workload.synthetic.model_copy(update={"num_jobs": 5})})
     with pytest.raises(WattschedError, match=r"synthetic\.num_jobs"):
         require_one_job_model({"c": c, "d": d}, "test")
 

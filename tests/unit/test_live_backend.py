@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
 def _driver(fake: FakeSlurm, store: JobStore, placement: str = "best-fit", metrics=None) -> LiveDriver:
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
     cfg = SimulationConfig(queue="fifo", placement=placement)
-    return LiveDriver(backend, build_scheduler(cfg, None), store, metrics=metrics)
+    return LiveDriver(backend, build_scheduler(cfg.scheduler_config(), None), store, metrics=metrics)
 
 
 def _run(fake: FakeSlurm, driver: LiveDriver, seconds: int, step_s: float = 1.0) -> None:
@@ -94,7 +94,7 @@ def test_live_and_simulated_runs_place_and_start_alike(placement):
         durations[fake.submit(g, num_nodes=n, duration_s=d, name=f"j{k}")] = float(d)
     driver = _driver(fake, JobStore(":memory:"), placement)
     _run(fake, driver, 120, step_s=0.5)
-    table = compare(driver, SimulationConfig(queue="fifo", placement=placement), durations)
+    table = compare(driver, SimulationConfig(queue="fifo", placement=placement).scheduler, durations)
     assert table.same_nodes.all(), table.to_string()
     assert table.same_rank.all(), table.to_string()
 
@@ -176,7 +176,7 @@ def test_a_running_job_the_mirror_has_no_room_for_is_never_started_again(caplog)
 
     calls = []
     backend = SlurmBackend(runner=lambda argv: calls.append(argv) or "", retry_wait_s=0.0)
-    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None)
     cluster = LiveCluster(backend, sched, obs(0.0), JobStore(":memory:"))
     for t in (1.0, 2.0, 3.0):
         cluster.update(obs(t))
@@ -245,7 +245,7 @@ def test_a_requeued_job_is_let_go_only_once_its_old_run_is_seen_gone():
 
     calls = []
     backend = SlurmBackend(runner=lambda argv: calls.append(argv) or "", retry_wait_s=0.0, clock=lambda: 3.0)
-    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None)
     node = NodeObs("gpu1", 4, "a100", 8, 16000, NODE_ON)
 
     def obs(t: float, state: str, ending: bool = False, nodes=("gpu1",)) -> Observation:
@@ -273,7 +273,7 @@ def test_the_idle_timeout_manager_drives_node_power_through_scontrol():
 
     fake = FakeSlurm.uniform(3, resume_s=5)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
-    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None)
+    sched = build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None)
     metrics = LiveMetrics()
     driver = LiveDriver(backend, sched, JobStore(":memory:"), power_manager=IdleTimeout(10), metrics=metrics)
     _run(fake, driver, 15)
@@ -304,7 +304,7 @@ def test_allocation_policies_run_live_unchanged(policy, caplog):
     for g, d in [(2, 20), (4, 30), (1, 10), (3, 25), (2, 5), (4, 8), (1, 40)]:
         fake.submit(g, duration_s=d, time_limit_min=1, deadline=fake.now + 3600)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
-    scheduler = build_scheduler(SimulationConfig(allocation=policy, round_s=5), None)
+    scheduler = build_scheduler(SimulationConfig(allocation=policy, round_s=5).scheduler, None)
     driver = LiveDriver(backend, scheduler, JobStore(":memory:"), allow_resize=True)
     _run(fake, driver, 300)
     assert [j.state for j in fake.jobs.values()] == ["COMPLETED"] * 7
@@ -318,7 +318,11 @@ def test_a_policy_that_shares_gpus_is_refused_on_slurm_before_anything_starts():
     fake = FakeSlurm.uniform(3)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
     with pytest.raises(MissingCapability, match="policy 'eaco' needs GPU sharing"):
-        LiveDriver(backend, build_scheduler(SimulationConfig(allocation="eaco"), None), JobStore(":memory:"))
+        LiveDriver(
+            backend,
+            build_scheduler(SimulationConfig(allocation="eaco").scheduler, None),
+            JobStore(":memory:"),
+        )
     assert fake.calls == []
 
 
@@ -341,7 +345,9 @@ def _simulated_script(script, placement: str):
                  for j in script}  # fmt: skip
     driver = _driver(fake, JobStore(":memory:"), placement)
     driver.step()  # the mirror holds every job, none started yet
-    jobs, outcome = simulate_like(driver, SimulationConfig(queue="fifo", placement=placement), durations)
+    jobs, outcome = simulate_like(
+        driver, SimulationConfig(queue="fifo", placement=placement).scheduler, durations
+    )
     names = driver.cluster.spec.node_names
     placed = [tuple(sorted(str(names[n]) for n, *_ in p)) for p in outcome.placements]
     return placed, np.asarray(outcome.start_s) + jobs.duration_s

@@ -32,7 +32,7 @@ def _cluster():
     fake = FakeSlurm.uniform(2)
     fake.submit(2, duration_s=20)
     backend = SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now)
-    driver = LiveDriver(backend, build_scheduler(SimulationConfig(), None), JobStore(":memory:"))
+    driver = LiveDriver(backend, build_scheduler(SimulationConfig().scheduler, None), JobStore(":memory:"))
     driver.step()
     return fake, driver, driver.cluster
 

@@ -162,7 +162,7 @@ def test_serve_records_live_jobs_as_profile_rows(tmp_path: Path) -> None:
     with running_agent(FakeNvml(gpu_count=4)) as (client, _agent):
         port = client.base_url.rsplit(":", 1)[1]
         driver = LiveDriver(SlurmBackend(runner=fake, retry_wait_s=0.0, clock=lambda: fake.now),
-                            build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None),
+                            build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None),
                             JobStore(":memory:"))  # fmt: skip
         driver.recorder = ProfileRecorder(out, f"http://127.0.0.1:{port}", interval_s=3600)
         driver.step()  # starts both: the prologs would now call the agent

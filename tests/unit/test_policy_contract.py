@@ -51,7 +51,8 @@ def _offered(kind: str) -> frozenset[Capability]:
 
 def _compare(kw: dict, kind: str, tmp_path, manager: str | None = None) -> None:
     price = StepPrice() if kw.get("allocation", "").startswith("cedla") else None
-    sched = build_scheduler(SimulationConfig(**kw), None)
+    cfg = SimulationConfig(**kw).scheduler_config()
+    sched = build_scheduler(cfg, None)
     needs = sched.required_capabilities()
     make_manager = (lambda: power_manager_from_config(manager, POWER_STATES)) if manager else (lambda: None)
     if manager:
@@ -61,13 +62,11 @@ def _compare(kw: dict, kind: str, tmp_path, manager: str | None = None) -> None:
         with pytest.raises(
             MissingCapability, match=f"needs .*which the {'slurm' if kind == 'slurm' else 'kubernetes'}"
         ):
-            run_live(kind, build_scheduler(SimulationConfig(**kw), None), make_manager(), tmp_path, price)
+            run_live(kind, build_scheduler(cfg, None), make_manager(), tmp_path, price)
         return
     sim = run_simulator(sched, make_manager(), price)
     resize = Capability.RESIZES in needs  # the operator allows it (serve slurm --allow-resize)
-    live = run_live(
-        kind, build_scheduler(SimulationConfig(**kw), None), make_manager(), tmp_path, price, resize
-    )
+    live = run_live(kind, build_scheduler(cfg, None), make_manager(), tmp_path, price, resize)
     assert sim, "the script makes decisions"
     sim = [
         e for e in sim if e.time_s <= HORIZON_S
@@ -117,10 +116,10 @@ def test_the_script_exercises_what_the_contract_promises(tmp_path):
     """The suite's history has later arrivals (jobs added after bind), preemptions (tiresias with low thresholds
     would; here gandiva's time slices) and powered-off nodes (idle-timeout), so the equalities above test them."""
     assert any(submit > 0 for _, submit, _, _ in SCRIPT)
-    gandiva = run_simulator(build_scheduler(SimulationConfig(allocation="gandiva"), None), None)
+    gandiva = run_simulator(build_scheduler(SimulationConfig(allocation="gandiva").scheduler, None), None)
     assert any(e.action in ("stop", "move") for e in gandiva)
     idle = run_simulator(
-        build_scheduler(SimulationConfig(queue="fifo", placement="best-fit"), None),
+        build_scheduler(SimulationConfig(queue="fifo", placement="best-fit").scheduler, None),
         power_manager_from_config("idle-timeout", POWER_STATES),
     )
     assert any(e.action == "power_off" for e in idle) and any(e.action == "power_on" for e in idle)
@@ -150,7 +149,7 @@ def test_policies_declare_every_capability_they_use():
     from wattsched.policies.validation import ActionValidator
 
     for name in ALLOCATION_POLICIES.names():
-        sched = build_scheduler(SimulationConfig(allocation=name), None)
+        sched = build_scheduler(SimulationConfig(allocation=name).scheduler, None)
         declared = sched.required_capabilities()
         used: set[Capability] = set()
 
@@ -182,7 +181,7 @@ def test_live_view_answers_like_the_simulator(tmp_path):
 
     seen: dict[str, object] = {}
 
-    sched = build_scheduler(SimulationConfig(allocation="cedla"), None)
+    sched = build_scheduler(SimulationConfig(allocation="cedla").scheduler, None)
     inner_decide = sched.decide
 
     def decide(view: ClusterView, actions) -> None:
@@ -201,7 +200,7 @@ def test_live_view_answers_like_the_simulator(tmp_path):
 
 
 def test_a_missing_capability_is_one_clear_line():
-    sched = build_scheduler(SimulationConfig(allocation="eaco"), None)
+    sched = build_scheduler(SimulationConfig(allocation="eaco").scheduler, None)
     with pytest.raises(WattschedError) as info:
         from wattsched.backends.live import check_live_policies
 

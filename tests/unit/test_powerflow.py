@@ -122,7 +122,7 @@ def test_energy_optimal_clock_minimises_energy_per_iteration():
         allocation="powerflow",
     )
     inputs = load_inputs(cfg)
-    scheduler = build_scheduler(cfg, None)
+    scheduler = build_scheduler(cfg.scheduler_config(), None)
     perf, jobs = build_perf(cfg, inputs.jobs, inputs.cluster, scheduler, np.random.default_rng(0))
     from wattsched.policies.contract import BindContext
 

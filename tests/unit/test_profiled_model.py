@@ -154,9 +154,11 @@ def test_experiments_carry_the_profiles_into_every_run():
         ),
     ]
     for cfg in configs:
-        assert cfg.profiles == "p.csv" and cfg.sharing_model == "measured"
-    assert configs[0].gpu_type == "H200" and configs[0].gpu_loads == "catalog"
-    assert eaco.Setup().config("fifo", 28, 42).sharing_model == "eaco"  # EaCO's own setting without profiles
+        assert cfg.perf.profiles == "p.csv" and cfg.perf.sharing_model == "measured"
+    assert configs[0].gpu_type == "H200" and configs[0].perf.gpu_loads == "catalog"
+    assert (
+        eaco.Setup().config("fifo", 28, 42).perf.sharing_model == "eaco"
+    )  # EaCO's own setting without profiles
 
 
 def test_the_profiles_held_draw_replaces_the_catalogues(tmp_path):

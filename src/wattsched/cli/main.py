@@ -79,7 +79,7 @@ def _simulate(overrides: dict[str, Any], extra: dict[str, Any]) -> None:
     out = extra["out"]
     with user_errors():
         cfg = resolve_config(extra["config"], overrides)
-        with progress_bar(f"{cfg.mode} {cfg.workload}", enabled=not quiet) as progress:
+        with progress_bar(f"{cfg.scheduler.mode} {cfg.workload.name}", enabled=not quiet) as progress:
             result = run_simulation(cfg, out, progress)
     for note in getattr(result, "summary", {}).get("notes", []):
         if note.startswith("warning:"):  # e.g. deadlines that leave most jobs less than their duration

@@ -1,8 +1,9 @@
 """CLI flags generated from the typed run config, so that a new setting is one edit (the config field).
 
-Every leaf field of :class:`~wattsched.experiments.config.SimulationConfig` (nested models included) becomes an
-option named after the field (``round_s`` -> ``--round-s``; a nested field by its own name, e.g.
-``power_states.boot_time_s`` -> ``--boot-time-s``), unless its metadata names another flag (``{"cli": "--jobs"}``).
+Every leaf field of :class:`~wattsched.experiments.config.SimulationConfig` (its groups and nested models included)
+becomes an option named after the field itself, not its path (``scheduler.round_s`` -> ``--round-s``,
+``energy.power_states.boot_time_s`` -> ``--boot-time-s``), unless its metadata names another flag
+(``{"cli": "--jobs"}``, ``workload.name`` -> ``--workload``); two fields with one flag are an error.
 Booleans get ``--x/--no-x``. A ``dict[str, str]`` field is a repeatable ``--x KEY=VALUE`` option (items may also be
 comma-separated); a list of numbers or strings is one comma-separated option (``--timeouts-s 60,300``); other
 mappings are config-file only. Unset flags are None and leave the config file's
@@ -26,7 +27,7 @@ from rich.markup import escape
 
 @dataclass(frozen=True)
 class ConfigOption:
-    path: tuple[str, ...]  # field path in the config, e.g. ("power_states", "boot_time_s")
+    path: tuple[str, ...]  # field path in the config, e.g. ("energy", "power_states", "boot_time_s")
     flag: str  # "--boot-time-s"
     param: str  # Python parameter name of the generated function
     kind: type  # str, int, float, bool, or dict (a str -> str mapping given as KEY=VALUE items)

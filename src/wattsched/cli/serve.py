@@ -22,10 +22,11 @@ def _live_signals(region: str | None, year: int, price_csv: str | None, carbon_c
         return None
     from datetime import UTC, datetime
 
-    from ..experiments.config import SimulationConfig
+    from ..experiments.config import SignalSettings, SimulationConfig
     from ..experiments.energy_setup import align_grid_signals, load_grid_signals
 
-    cfg = SimulationConfig(region=region, year=year, price_csv=price_csv, carbon_csv=carbon_csv)
+    signals = SignalSettings(region=region, year=year, price_csv=price_csv, carbon_csv=carbon_csv)
+    cfg = SimulationConfig(signals=signals)
     loaded = load_grid_signals(cfg, [])  # read once, checked before the service starts
 
     def aligned(origin_s: float):

@@ -79,29 +79,30 @@ def load_grid_signals(cfg: SimulationConfig, notes: list[str]) -> tuple[Any, Any
     from ..energy.signals.clean import load_carbon, load_price
     from ..energy.signals.csv_files import load_csv_signal
 
-    fill: dict[str, Any] = {"max_gap_hours": cfg.signal_max_gap_hours, "fill": cfg.signal_fill}
-    if cfg.price_csv or cfg.carbon_csv:  # the user's own market, CSV by CSV; a region fills in neither
+    sig = cfg.signals
+    fill: dict[str, Any] = {"max_gap_hours": sig.signal_max_gap_hours, "fill": sig.signal_fill}
+    if sig.price_csv or sig.carbon_csv:  # the user's own market, CSV by CSV; a region fills in neither
         out: list[Any] = []
-        for kind, path in (("price", cfg.price_csv), ("carbon", cfg.carbon_csv)):
+        for kind, path in (("price", sig.price_csv), ("carbon", sig.carbon_csv)):
             if path is None:
                 notes.append(
                     f"no --{kind}-csv given: {'cost_usd' if kind == 'price' else 'co2_kg'} is not computed"
                 )
                 out.append(None)
                 continue
-            signal = load_csv_signal(path, kind, cfg.year, cfg.signal_tz, carbon=cfg.carbon_kind, **fill)
+            signal = load_csv_signal(path, kind, sig.year, sig.signal_tz, carbon=sig.carbon_kind, **fill)
             notes.extend(f"--{kind}-csv {Path(path).name}: {note}" for note in signal.report["notes"])
             out.append(signal)
         return out[0], out[1]
-    if cfg.region is None:
+    if sig.region is None:
         notes.append("no --region given: cost_usd and co2_kg are not computed")
         return None, None
     price = None
-    if cfg.region in price_catalog():
-        price = load_price(cfg.region, cfg.year, cfg.data_dir, to_usd=True, **fill)
+    if sig.region in price_catalog():
+        price = load_price(sig.region, sig.year, cfg.data_dir, to_usd=True, **fill)
     else:
-        notes.append(f"no electricity price series for {cfg.region}: cost_usd is not computed")
-    carbon = load_carbon(cfg.region, cfg.year, cfg.data_dir, kind=cfg.carbon_kind, **fill)
+        notes.append(f"no electricity price series for {sig.region}: cost_usd is not computed")
+    carbon = load_carbon(sig.region, sig.year, cfg.data_dir, kind=sig.carbon_kind, **fill)
     return price, carbon
 
 
@@ -111,7 +112,8 @@ def align_grid_signals(
     """:func:`load_grid_signals`' series aligned to `trace_start` by the run's rule."""
     from ..energy.signals.alignment import align
 
-    kw: dict[str, Any] = {"rule": cfg.align, "grid_start": cfg.grid_start, "wrap": cfg.wrap}
+    sig = cfg.signals
+    kw: dict[str, Any] = {"rule": sig.align, "grid_start": sig.grid_start, "wrap": sig.wrap}
     price, carbon = loaded
     return (
         None if price is None else align(price, trace_start, **kw),
@@ -125,23 +127,24 @@ def grid_signals(cfg: SimulationConfig, trace_start: datetime | None, notes: lis
 
 
 def build_energy(cfg: SimulationConfig, trace_start: datetime | None) -> EnergySetup:
-    model = POWER_MODELS.create(cfg.power_model)
-    manager = power_manager_from_config(cfg.power_manager, cfg.power_states)
+    e = cfg.energy
+    model = POWER_MODELS.create(e.power_model)
+    manager = power_manager_from_config(e.power_manager, e.power_states)
     notes: list[str] = []
     if manager.reconstructed:
         notes.append(f"power manager '{manager.name}' is a reconstruction: {manager.basis}")
-    base = model.default_node_base_w if cfg.node_base_w is None else cfg.node_base_w
-    power = NodePower(manager, cfg.power_states)
+    base = model.default_node_base_w if e.node_base_w is None else e.node_base_w
+    power = NodePower(manager, e.power_states)
     setting_rule = None
-    if cfg.power_model == "dvfs":
-        setting_rule = SettingRule(cfg.governor, cfg.gpu_power_limit, cfg.gpu_sm_clock)
+    if e.power_model == "dvfs":
+        setting_rule = SettingRule(e.governor, e.gpu_power_limit, e.gpu_sm_clock)
     price, carbon = grid_signals(cfg, trace_start, notes)
     ledger = EnergyLedger(
         model,
         node_base_w=base,
-        pue=cfg.pue,
+        pue=e.pue,
         controller=power,
-        off_power_w=cfg.power_states.off_power_w,
+        off_power_w=e.power_states.off_power_w,
         price=price,
         carbon=carbon,
     )

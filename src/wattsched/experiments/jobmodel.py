@@ -14,6 +14,10 @@ A comparison of runs measures the policies only when everything else is the same
   shutdown times, off draw), the price and carbon signals, the seed and the simulation mode. A setting this module
   does not know (a new field) counts as job model until it is classified: a difference is reported, never hidden.
 
+Settings are named by their flat keys (``queue``, ``power_states.idle_timeout_s``; experiments/config.py
+``FLAT_KEYS``), whichever form a config was written in, so that run directories written in the flat form and in the
+nested one compare.
+
 ``performance`` and ``assign_models`` may say ``auto``, which resolves per policy (tables for allocation policies,
 trace durations for queue + placement; models assigned when the policy needs them): they are compared as resolved
 (:func:`resolved_job_model`), and as the run recorded them (``summary.json``'s ``performance_model``) where a run
@@ -28,11 +32,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ..core.errors import WattschedError
+
+if TYPE_CHECKING:
+    from .config import SimulationConfig
 
 POLICY_SETTINGS = frozenset(
     {
@@ -101,17 +108,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def input_files(config: Any) -> dict[str, dict[str, str]]:
+def input_files(config: SimulationConfig) -> dict[str, dict[str, str]]:
     """The files a run's settings name (``workload`` as a CSV path, ``cluster`` as a YAML path, ``services``,
     ``price_csv``, ``carbon_csv``): setting -> absolute path and sha256 of the contents. Dataset and built-in names
     are not files and are left out (the dataset registry checks those by checksum)."""
     out: dict[str, dict[str, str]] = {}
+    settings = config.flat()
     for name in FILE_SETTINGS:
-        value = getattr(config, name, None)
+        value = settings.get(name)
         if not isinstance(value, str) or not value:
             continue
         if name == "profiles":  # a list of files, each a path or <dataset>/<file>
-            out.update(_profile_files(value, getattr(config, "data_dir", None)))
+            out.update(_profile_files(value, config.data_dir))
             continue
         path = Path(value).expanduser()
         if path.is_file():
@@ -164,8 +172,11 @@ def _needs_models(allocation: str | None) -> bool:
 
 def resolved_job_model(config: Mapping[str, Any]) -> dict[str, Any]:
     """The non-policy settings of one resolved config (``SimulationConfig.model_dump(mode="json")`` or a run's
-    ``config.resolved.yaml``), flattened (``synthetic.num_jobs``), with ``performance`` and ``assign_models``
-    resolved as the run resolves them (experiments/run.py ``build_perf``)."""
+    ``config.resolved.yaml``, nested or flat), flattened (``synthetic.num_jobs``), with ``performance`` and
+    ``assign_models`` resolved as the run resolves them (experiments/run.py ``build_perf``)."""
+    from .config import flat_settings
+
+    config = flat_settings(config)
     flat: dict[str, Any] = {}
     _flat("", dict(config), flat)
     # An empty mapping (columns: {}) stays one entry, so that {} and {a: b} differ.

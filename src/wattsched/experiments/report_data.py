@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from .compare import MISSING
+from .config import flat_settings
 
 
 def esc(value: Any) -> str:
@@ -31,7 +32,7 @@ class RunData:
     name: str  # a short name for legends
     path: Path
     summary: dict[str, Any]
-    config: dict[str, Any]
+    config: dict[str, Any]  # its config.resolved.yaml by flat keys (config.flat_settings), in either form
     series: pd.DataFrame | None
     jobs: pd.DataFrame | None
 
@@ -76,7 +77,7 @@ def load_run(label: str, name: str, path: Path) -> RunData:
         name=name,
         path=path,
         summary=_read_json(path / "summary.json"),
-        config=_read_yaml(path / "config.resolved.yaml"),
+        config=flat_settings(_read_yaml(path / "config.resolved.yaml")),
         series=_read_table(path, "timeseries"),
         jobs=_read_table(path, "jobs", ("jct_s", "status", "model_assigned")),
     )

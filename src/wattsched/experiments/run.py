@@ -57,26 +57,34 @@ def load_inputs(cfg: SimulationConfig) -> Inputs:
 
     cluster = _load_cluster(cfg)
     origin = None
-    if cfg.workload == "synthetic":
-        refuse_column_mapping(cfg.workload, cfg.columns)
-        jobs, skipped, examples, has_times, path = generate(cfg.synthetic, cfg.seed), 0, [], True, "synthetic"
+    if cfg.workload.name == "synthetic":
+        refuse_column_mapping(cfg.workload.name, cfg.workload.columns)
+        jobs, skipped, examples, has_times, path = (
+            generate(cfg.workload.synthetic, cfg.seed),
+            0,
+            [],
+            True,
+            "synthetic",
+        )
     else:
-        loaded = load_workload(cfg.workload, cfg.data_dir, cfg.skip_invalid, cfg.columns)
+        loaded = load_workload(
+            cfg.workload.name, cfg.data_dir, cfg.workload.skip_invalid, cfg.workload.columns
+        )
         jobs, skipped, examples = loaded.jobs, loaded.invalid_skipped, list(loaded.invalid_examples)
         has_times, path = loaded.has_times, loaded.path
         if loaded.time_origin_utc:
             origin = datetime.fromisoformat(loaded.time_origin_utc)
-    jobs, too_big, big_examples = check_against_cluster(jobs, cluster, cfg.skip_invalid, path)
-    if cfg.max_jobs is not None and cfg.max_jobs < len(jobs):
-        keep = np.sort(np.argsort(jobs.submit_s, kind="stable")[: cfg.max_jobs])
+    jobs, too_big, big_examples = check_against_cluster(jobs, cluster, cfg.workload.skip_invalid, path)
+    if cfg.workload.max_jobs is not None and cfg.workload.max_jobs < len(jobs):
+        keep = np.sort(np.argsort(jobs.submit_s, kind="stable")[: cfg.workload.max_jobs])
         jobs = jobs.subset(keep)
-    if cfg.deadline_slack is not None:
-        jobs = with_deadlines(jobs, cfg.deadline_slack)
-    if cfg.services is not None:
+    if cfg.workload.deadline_slack is not None:
+        jobs = with_deadlines(jobs, cfg.workload.deadline_slack)
+    if cfg.workload.services is not None:
         from ..perf.model import main_gpu_model
         from ..workloads.inference import with_services
 
-        jobs = with_services(jobs, cfg.services, main_gpu_model(cluster), cfg.seed, cfg.data_dir)
+        jobs = with_services(jobs, cfg.workload.services, main_gpu_model(cluster), cfg.seed, cfg.data_dir)
     notes = list(jobs.notes) + ([cluster.notes] if cluster.notes else [])
     return Inputs(jobs, cluster, skipped + too_big, examples + big_examples, has_times, notes, origin)
 
@@ -140,11 +148,11 @@ def run_simulation(
     inputs = load_inputs(cfg)
     seeds = np.random.SeedSequence(cfg.seed).spawn(3)
     rng_order, rng_policy, rng_models = (np.random.default_rng(s) for s in seeds)
-    placement = PLACEMENT_POLICIES.create(cfg.placement)
-    if cfg.mode == "temporal":
+    placement = PLACEMENT_POLICIES.create(cfg.scheduler.placement)
+    if cfg.scheduler.mode == "temporal":
         if not inputs.has_times:
             raise WattschedError(
-                f"workload '{cfg.workload}' has no submission/deletion times; use --mode packing"
+                f"workload '{cfg.workload.name}' has no submission/deletion times; use --mode packing"
             )
         jobs_df, series_df, metrics, policies, tables = _run_temporal(
             cfg, inputs, rng_policy, rng_models, progress
@@ -163,8 +171,8 @@ def run_simulation(
         "makespan_s": metrics.pop("makespan_s"),
         "gpu_allocation_mean": metrics.pop("gpu_allocation_mean"),
         **metrics,
-        "mode": cfg.mode,
-        "workload": cfg.workload,
+        "mode": cfg.scheduler.mode,
+        "workload": cfg.workload.name,
         "workload_source": inputs.jobs.source,
         "cluster": inputs.cluster.describe(),
         "policies": policies,
@@ -209,15 +217,15 @@ def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, sche
     from ..perf.restart import RestartModel
 
     policy = getattr(scheduler, "policy", None)
-    assign = cfg.assign_models == "always" or (
-        cfg.assign_models == "auto" and bool(getattr(policy, "needs_models", False))
+    assign = cfg.workload.assign_models == "always" or (
+        cfg.workload.assign_models == "auto" and bool(getattr(policy, "needs_models", False))
     )
     tables = (
         assign
-        or cfg.performance in ("tables", "generated")
-        or (cfg.performance == "auto" and cfg.allocation is not None)
+        or cfg.perf.performance in ("tables", "generated")
+        or (cfg.perf.performance == "auto" and cfg.scheduler.allocation is not None)
     )
-    restart = RestartModel(cfg.restart_model, fixed_s=cfg.restart_delay_s)
+    restart = RestartModel(cfg.perf.restart_model, fixed_s=cfg.perf.restart_delay_s)
     return PerformanceModel.build(
         jobs,
         cluster,
@@ -225,31 +233,31 @@ def build_perf(cfg: SimulationConfig, jobs: JobTable, cluster: ClusterSpec, sche
         cfg.data_dir,
         assign=assign,
         rng=rng,
-        use_tables=tables and cfg.performance != "trace",
-        sharing=sharing_model(cfg.sharing_model),
-        loads=sharing_model("eaco") if cfg.gpu_loads == "eaco-measured" else None,
-        sharing_noise=cfg.sharing_noise,
+        use_tables=tables and cfg.perf.performance != "trace",
+        sharing=sharing_model(cfg.perf.sharing_model),
+        loads=sharing_model("eaco") if cfg.perf.gpu_loads == "eaco-measured" else None,
+        sharing_noise=cfg.perf.sharing_noise,
         noise_seed=cfg.seed,
-        generated=cfg.performance == "generated",
+        generated=cfg.perf.performance == "generated",
         profiles=load_run_profiles(cfg),
     )
 
 
 def load_run_profiles(cfg: SimulationConfig):
     """The run's measured profiles (None without --profiles)."""
-    if not cfg.profiles:
+    if not cfg.perf.profiles:
         return None
     from ..experiments.grid import parse_list
     from ..perf.profiles import load_profiles
 
-    return load_profiles(parse_list(cfg.profiles), cfg.data_dir)
+    return load_profiles(parse_list(cfg.perf.profiles), cfg.data_dir)
 
 
 def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
     cluster = inputs.cluster
-    energy = build_energy(cfg, inputs.time_origin_utc) if cfg.energy else None
-    scheduler = build_scheduler(cfg, energy.setting_rule if energy else None)
-    scheduler.check_inputs(inputs.jobs, cfg.workload)
+    energy = build_energy(cfg, inputs.time_origin_utc) if cfg.energy.enabled else None
+    scheduler = build_scheduler(cfg.scheduler_config(), energy.setting_rule if energy else None)
+    scheduler.check_inputs(inputs.jobs, cfg.workload.name)
     perf, jobs = build_perf(cfg, inputs.jobs, cluster, scheduler, rng_models)
     if energy is not None:
         energy.use_measured_held(perf.profiles)
@@ -261,7 +269,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
         rng_policy,
         perf=perf,
         power=energy.power if energy else None,
-        checkpoint_interval_s=cfg.checkpoint_interval_s,
+        checkpoint_interval_s=cfg.perf.checkpoint_interval_s,
         observers=[*([energy.ledger] if energy else []), recorder],
         check_invariants=cfg.check_invariants,
         progress=progress,
@@ -327,7 +335,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
     metrics["performance_model"] = perf.describe()
     inputs.notes.extend(perf.notes)
     tables = {}
-    if cfg.allocation is not None:
+    if cfg.scheduler.allocation is not None:
         tables["allocations"] = outcome.log.frame(cluster.node_names, jobs.job_id)
     return jobs_df, series, metrics, scheduler.describe(), tables
 
@@ -345,8 +353,8 @@ def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress
         placement,
         rng_order,
         rng_policy,
-        inflate=cfg.inflate,
-        shuffle=cfg.shuffle,
+        inflate=cfg.workload.inflate,
+        shuffle=cfg.workload.shuffle,
         observers=[metrics_observer],
         check_invariants=cfg.check_invariants,
         progress=progress,
@@ -377,7 +385,7 @@ def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress
         "makespan_s": None,
         "gpu_allocation_mean": None,
         "jobs_placed": placed,
-        "inflate": cfg.inflate,
+        "inflate": cfg.workload.inflate,
         "gpu_allocation_final": outcome.allocated_milli_final / capacity,
         "arrived_gpu_ratio_final": outcome.arrived_milli_final / capacity,
         "grar_final": outcome.allocated_milli_final / arrived,

@@ -148,12 +148,7 @@ def signals_of(cfg: SimulationConfig, summary: dict[str, Any]) -> tuple[Any, Any
     if not any(isinstance(model.get(k), dict) for k in ("price", "carbon")):
         return None, None
     cfg = _with_recorded_files(cfg, summary)
-    key = cfg.model_dump_json(
-        include={
-            "region", "year", "data_dir", "price_csv", "carbon_csv", "signal_tz", "align", "grid_start", "wrap",
-            "signal_max_gap_hours", "signal_fill", "carbon_kind",
-        }
-    )  # fmt: skip
+    key = cfg.model_dump_json(include={"signals", "data_dir"})
     start = _trace_start(summary)
     return _signals_cached(key, None if start is None else start.isoformat())
 
@@ -163,12 +158,11 @@ def _with_recorded_files(cfg: SimulationConfig, summary: dict[str, Any]) -> Simu
     as typed does not lead to a file from here (a relative path, read from another folder)."""
     files = summary.get("input_files") or {}
     updates = {}
-    for name in ("price_csv", "carbon_csv"):
-        typed = getattr(cfg, name)
+    for name, typed in (("price_csv", cfg.signals.price_csv), ("carbon_csv", cfg.signals.carbon_csv)):
         recorded = files.get(name, {}).get("path") if isinstance(files.get(name), dict) else None
         if typed and recorded and not Path(typed).expanduser().is_file():
             updates[name] = recorded
-    return cfg.model_copy(update=updates) if updates else cfg
+    return cfg.model_copy(update={"signals": cfg.signals.model_copy(update=updates)}) if updates else cfg
 
 
 @lru_cache(maxsize=32)

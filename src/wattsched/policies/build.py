@@ -3,8 +3,8 @@
 services (`wattsched serve ...`) alike.
 
 :class:`SchedulerConfig` is the small typed config it takes; anything with the same attribute names (the
-experiments' ``SimulationConfig``) can be passed instead (:class:`SchedulerSettings`), so this layer needs nothing
-from ``experiments/``.
+``scheduler`` group of the experiments' ``SimulationConfig``) can be passed instead (:class:`SchedulerSettings`),
+so this layer needs nothing from ``experiments/``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ DEFAULT_ROUND_S = 300.0  # allocation round when neither the config nor the poli
 
 
 class SchedulerSettings(Protocol):
-    """The settings :func:`build_scheduler` reads, by name (``experiments.config.SimulationConfig`` has them)."""
+    """The settings :func:`build_scheduler` reads, by name (the ``scheduler`` group of
+    ``experiments.config.SimulationConfig`` has them)."""
 
     @property
     def queue(self) -> str: ...
@@ -40,8 +41,6 @@ class SchedulerSettings(Protocol):
     def energy_budget_kwh(self) -> float | None: ...
     @property
     def energy_budget_until_s(self) -> float | None: ...
-    @property
-    def power_manager(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -66,12 +65,13 @@ class SchedulerConfig:
             raise WattschedError(f"round_s must be a positive number of seconds, got {self.round_s}")
 
     @classmethod
-    def of(cls, settings: SchedulerSettings) -> SchedulerConfig:
-        """The scheduler part of a wider config (``SimulationConfig``)."""
+    def of(cls, settings: SchedulerSettings, power_manager: str = "always-on") -> SchedulerConfig:
+        """The scheduler part of a wider config (``SimulationConfig.scheduler``); `power_manager`: the run's power
+        manager (an energy setting), which an allocation policy may plan around (``params``)."""
         params = {
             "energy_budget_kwh": settings.energy_budget_kwh,
             "energy_budget_until_s": settings.energy_budget_until_s,
-            "power_manager": settings.power_manager,
+            "power_manager": power_manager,
         }
         return cls(
             queue=settings.queue,
