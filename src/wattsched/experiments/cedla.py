@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
-from .config import SimulationConfig
+from .config import SimulationConfig, setting_field
 from .grid import check_policy_names, require_times, thinned, write_results
 from .jobmodel import require_one_job_model
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
@@ -53,7 +53,6 @@ POLICIES: dict[str, dict[str, Any]] = {
 DEFAULT_SLACK = 3.0  # deadline = submit + 3 x duration (reconstructed; ElasticFlow-style, docs/cedla.md §1.3)
 WEEK_S = 7 * 86400.0
 SERIES_POINTS = 4000
-_SIM = SimulationConfig.model_fields
 
 
 @dataclass(frozen=True)
@@ -128,12 +127,14 @@ class CedlaConfig(BaseModel):
     )
     # The same options as `simulate --profiles` and `--columns`, from the same config fields.
     profiles: str | None = Field(
-        None, description=_SIM["profiles"].description, json_schema_extra=_SIM["profiles"].json_schema_extra
+        None,
+        description=setting_field("profiles").description,
+        json_schema_extra=setting_field("profiles").json_schema_extra,
     )
     columns: dict[str, str] = Field(
         default_factory=dict,
-        description=_SIM["columns"].description,
-        json_schema_extra=_SIM["columns"].json_schema_extra,
+        description=setting_field("columns").description,
+        json_schema_extra=setting_field("columns").json_schema_extra,
     )
     price_csv: str | None = Field(
         None,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from ..core.errors import InputError
 from ..engine.power import PowerStateConfig
@@ -237,6 +238,15 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     for group, model in GROUPS.items()
     for name in model.model_fields
 }
+
+
+def setting_field(key: str) -> FieldInfo:
+    """The field of a setting by its flat key, in its group or at the top level (an experiment's config reuses
+    its description and CLI metadata: the same flag says the same thing everywhere)."""
+    if key in FLAT_KEYS:
+        group, name = FLAT_KEYS[key]
+        return GROUPS[group].model_fields[name]
+    return SimulationConfig.model_fields[key]
 
 
 def flat_key(group: str, name: str) -> str:

@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
-from .config import SimulationConfig
+from .config import SimulationConfig, setting_field
 from .grid import check_policy_names, require_times, thinned, write_results
 from .jobmodel import require_one_job_model
 from .parallel import FIRST_SEED
@@ -52,7 +52,6 @@ POLICIES: dict[str, dict[str, str]] = {
 DEFAULT_POLICIES = ("eaco", "fifo", "fifo-packed", "gandiva")
 BASELINES = ("fifo", "fifo-packed", "gandiva")
 SERIES_POINTS = 400
-_SIM = SimulationConfig.model_fields
 
 
 @dataclass(frozen=True)
@@ -108,15 +107,17 @@ class EacoConfig(BaseModel):
     )
     # The same options as `simulate --profiles` and `--columns`, from the same config fields.
     profiles: str | None = Field(
-        None, description=_SIM["profiles"].description, json_schema_extra=_SIM["profiles"].json_schema_extra
+        None,
+        description=setting_field("profiles").description,
+        json_schema_extra=setting_field("profiles").json_schema_extra,
     )
     gpu_type: str | None = Field(
         None, description="GPU type of every node (e.g. H200) instead of the clusters' V100"
     )
     columns: dict[str, str] = Field(
         default_factory=dict,
-        description=_SIM["columns"].description,
-        json_schema_extra=_SIM["columns"].json_schema_extra,
+        description=setting_field("columns").description,
+        json_schema_extra=setting_field("columns").json_schema_extra,
     )
     data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
 

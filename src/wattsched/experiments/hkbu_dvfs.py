@@ -39,7 +39,7 @@ from ..core.errors import WattschedError
 from ..policies.hkbu_dvfs import OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ListConfig, list_schedule
 from ..workloads.catalog import missing_data
 from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
-from .config import SimulationConfig, cli
+from .config import SimulationConfig, cli, setting_field
 from .parallel import FIRST_SEED
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
 
@@ -108,7 +108,7 @@ class HkbuDvfsConfig(BaseModel):
     )
     columns: dict[str, str] = Field(
         default_factory=dict,
-        description=SimulationConfig.model_fields["columns"].description,
+        description=setting_field("columns").description,
         json_schema_extra=cli(metavar="FIELD=COLUMN"),
     )
     data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")

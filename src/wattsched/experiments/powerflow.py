@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from ..core.errors import UnknownNameError, WattschedError
-from .config import SimulationConfig, cli
+from .config import cli, setting_field
 from .jobmodel import require_one_job_model
 from .parallel import FIRST_SEED
 from .powerflow_runs import QUEUE_BASELINE, RunRecord, Setup, Task, policy_knobs, run_config, run_task
@@ -121,7 +121,6 @@ def check_power_managers(names: Sequence[str]) -> list[str]:
 
 
 # -- the config ---------------------------------------------------------------------------------------------
-_SIMULATION = SimulationConfig.model_fields
 
 
 class PowerFlowConfig(BaseModel):
@@ -153,12 +152,12 @@ class PowerFlowConfig(BaseModel):
     # The same options as `simulate --profiles` and `--columns`, from the same config fields.
     profiles: str | None = Field(
         None,
-        description=_SIMULATION["profiles"].description,
+        description=setting_field("profiles").description,
         json_schema_extra=cli(metavar="FILE[,FILE]"),
     )
     columns: dict[str, str] = Field(
         default_factory=dict,
-        description=_SIMULATION["columns"].description,
+        description=setting_field("columns").description,
         json_schema_extra=cli(metavar="FIELD=COLUMN"),
     )
     data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
