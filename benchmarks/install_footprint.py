@@ -89,7 +89,8 @@ def main() -> int:
     if rc != 0:
         print(err[-3000:], file=sys.stderr)
         return 1
-    found = run([str(venv / "bin" / "python"), "-c", "import importlib.util as u; print(*[m for m in "
+    # -I: the working directory is not on the path (a stray folder named like a library there would be found)
+    found = run([str(venv / "bin" / "python"), "-I", "-c", "import importlib.util as u; print(*[m for m in "
                  f"{sorted(OPTIONAL)!r} if u.find_spec(m)])"], work)[1].split()  # fmt: skip
     check(not found, f"no optional library installed ({', '.join(found) or 'none found'})")
     bare = du(venv)
