@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
-from .config import SimulationConfig, setting_field
+from .config import SimulationConfig, same_setting
 from .grid import check_policy_names, require_times, thinned, write_results
 from .jobmodel import require_one_job_model
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
@@ -125,17 +125,9 @@ class CedlaConfig(BaseModel):
     max_jobs: int | None = Field(
         None, ge=0, description="keep the first N training jobs by submission (0: all)"
     )
-    # The same options as `simulate --profiles` and `--columns`, from the same config fields.
-    profiles: str | None = Field(
-        None,
-        description=setting_field("profiles").description,
-        json_schema_extra=setting_field("profiles").json_schema_extra,
-    )
-    columns: dict[str, str] = Field(
-        default_factory=dict,
-        description=setting_field("columns").description,
-        json_schema_extra=setting_field("columns").json_schema_extra,
-    )
+    # The same options as simulate's, from the same config fields.
+    profiles: str | None = same_setting("profiles")
+    columns: dict[str, str] = same_setting("columns")
     price_csv: str | None = Field(
         None,
         description="your own market instead of --region: hourly prices (time, price_usd_per_mwh; or a GreenDCC "
@@ -151,7 +143,7 @@ class CedlaConfig(BaseModel):
         None, description="fill signal gaps longer than --signal-max-gap-hours: hold | interpolate"
     )
     signal_max_gap_hours: int = Field(6, ge=0, description="longest signal gap interpolated")
-    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+    data_dir: str | None = same_setting("data_dir")
 
 
 @dataclass

@@ -249,6 +249,16 @@ def setting_field(key: str) -> FieldInfo:
     return SimulationConfig.model_fields[key]
 
 
+def same_setting(key: str) -> Any:
+    """A field of an experiment's config that is the run setting `key` (flat key): its default, description and
+    CLI metadata, so the experiment's flag is simulate's (``columns``, ``profiles``, ``data_dir``, ...)."""
+    info = setting_field(key)
+    if info.default_factory is not None:
+        return Field(default_factory=info.default_factory, description=info.description,
+                     json_schema_extra=info.json_schema_extra)  # fmt: skip
+    return Field(info.default, description=info.description, json_schema_extra=info.json_schema_extra)
+
+
 def flat_key(group: str, name: str) -> str:
     """The flat key of setting `name` of `group` (``("scheduler", "queue")`` -> ``queue``)."""
     return _FLAT_NAMES.get((group, name), name)

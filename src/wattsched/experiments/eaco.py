@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
-from .config import SimulationConfig, setting_field
+from .config import SimulationConfig, same_setting
 from .grid import check_policy_names, require_times, thinned, write_results
 from .jobmodel import require_one_job_model
 from .parallel import FIRST_SEED
@@ -105,21 +105,13 @@ class EacoConfig(BaseModel):
     noise: float = Field(
         DEFAULT_NOISE, description="prediction noise: std. dev. of a shared job's true speed around the model"
     )
-    # The same options as `simulate --profiles` and `--columns`, from the same config fields.
-    profiles: str | None = Field(
-        None,
-        description=setting_field("profiles").description,
-        json_schema_extra=setting_field("profiles").json_schema_extra,
-    )
+    # The same options as simulate's, from the same config fields.
+    profiles: str | None = same_setting("profiles")
     gpu_type: str | None = Field(
         None, description="GPU type of every node (e.g. H200) instead of the clusters' V100"
     )
-    columns: dict[str, str] = Field(
-        default_factory=dict,
-        description=setting_field("columns").description,
-        json_schema_extra=setting_field("columns").json_schema_extra,
-    )
-    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+    columns: dict[str, str] = same_setting("columns")
+    data_dir: str | None = same_setting("data_dir")
 
     @field_validator("nodes", mode="before")
     @classmethod

@@ -38,6 +38,7 @@ from ..energy.binary import BinaryPowerModel
 from ..engine.packing import PackingObserver, run_packing
 from ..policies import PLACEMENT_POLICIES
 from ..policies.fgd import FragModel, typical_pods
+from .config import same_setting
 from .parallel import FIRST_SEED
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
 
@@ -258,7 +259,7 @@ class FgdPwrConfig(BaseModel):
         description="comma-separated placement policies (the 11 of the papers by default)",
     )
     inflate: float = Field(1.3, description="arrivals as a multiple of cluster GPU capacity")
-    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+    data_dir: str | None = same_setting("data_dir")
 
 
 @EXPERIMENTS.register("fgd-pwr")

@@ -39,7 +39,7 @@ from ..core.errors import WattschedError
 from ..policies.hkbu_dvfs import OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ListConfig, list_schedule
 from ..workloads.catalog import missing_data
 from ..workloads.hkbu_tasks import TASK_MODELS, UTILISATIONS, synthetic_task_set
-from .config import SimulationConfig, cli, setting_field
+from .config import SimulationConfig, same_setting
 from .parallel import FIRST_SEED
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
 
@@ -106,12 +106,8 @@ class HkbuDvfsConfig(BaseModel):
     deadline_slack: float = Field(
         DEFAULT_DEADLINE_SLACK, description="trace deadlines at submit + slack x duration (reconstructed)"
     )
-    columns: dict[str, str] = Field(
-        default_factory=dict,
-        description=setting_field("columns").description,
-        json_schema_extra=cli(metavar="FIELD=COLUMN"),
-    )
-    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+    columns: dict[str, str] = same_setting("columns")
+    data_dir: str | None = same_setting("data_dir")
 
     @field_validator("utilisations", mode="before")
     @classmethod

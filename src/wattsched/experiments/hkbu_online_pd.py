@@ -36,7 +36,7 @@ from ..policies.hkbu_online_pd import (
     solve_offline,
     worst_order,
 )
-from .config import SimulationConfig
+from .config import SimulationConfig, same_setting
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
 
 DEFAULT_RANDOM = 120
@@ -70,7 +70,7 @@ class HkbuOnlinePdConfig(BaseModel):
     deadline_slack: float = Field(
         3.0, description="Philly: deadline = submit + slack x duration (reconstructed)"
     )
-    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+    data_dir: str | None = same_setting("data_dir")
 
 
 # --- the small instances ------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import SimulationConfig
+from .config import SimulationConfig, same_setting
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome
 
 
@@ -36,7 +36,7 @@ class IdleTimeoutSweepConfig(BaseModel):
     region: str | None = Field(None, description="grid region for cost and carbon, e.g. US-CAL-CISO")
     boot_time_s: float = Field(300.0, ge=0, description="off -> on (the power manager's boot delay)")
     seed: int = Field(42, description="random seed")
-    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+    data_dir: str | None = same_setting("data_dir")
 
 
 @EXPERIMENTS.register("idle-timeout-sweep")

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from ..core.errors import UnknownNameError, WattschedError
-from .config import cli, setting_field
+from .config import same_setting
 from .jobmodel import require_one_job_model
 from .parallel import FIRST_SEED
 from .powerflow_runs import QUEUE_BASELINE, RunRecord, Setup, Task, policy_knobs, run_config, run_task
@@ -149,18 +149,10 @@ class PowerFlowConfig(BaseModel):
         "under each, every run of a grid under the same one; with several, each one's tables in DIR/<manager>/ "
         "and DIR/headline.csv",
     )
-    # The same options as `simulate --profiles` and `--columns`, from the same config fields.
-    profiles: str | None = Field(
-        None,
-        description=setting_field("profiles").description,
-        json_schema_extra=cli(metavar="FILE[,FILE]"),
-    )
-    columns: dict[str, str] = Field(
-        default_factory=dict,
-        description=setting_field("columns").description,
-        json_schema_extra=cli(metavar="FIELD=COLUMN"),
-    )
-    data_dir: str | None = Field(None, description="local dataset directory (else $WATTSCHED_DATA)")
+    # The same options as simulate's, from the same config fields.
+    profiles: str | None = same_setting("profiles")
+    columns: dict[str, str] = same_setting("columns")
+    data_dir: str | None = same_setting("data_dir")
 
     @field_validator("caps", mode="before")
     @classmethod
