@@ -320,12 +320,7 @@ class Cedla(Experiment):
     def charge(self, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> str:
         """The common window of each region's runs, charged on the run records themselves (results.csv is
         written from them); the price paid per kWh follows the charged cost and energy."""
-        from .window import rebase
-
-        runs = [o.raw for o in outcomes]
-        config = {id(r): c.config for c, r in zip(cells, runs, strict=True)}
-        group = {id(r): self.window_group(c.keys) for c, r in zip(cells, runs, strict=True)}
-        line = rebase(runs, lambda r: group[id(r)], lambda r: config[id(r)], "region")
+        line = self.charge_records(cells, [o.raw for o in outcomes], "region")
         for o in outcomes:
             r = o.raw
             r.usd_per_kwh = r.cost_usd / r.energy_kwh if r.energy_kwh else float("nan")

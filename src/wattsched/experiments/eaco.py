@@ -289,12 +289,7 @@ class Eaco(Experiment):
     def charge(self, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> str:
         """The common window of each cluster size and seed, charged on the run records themselves (results.csv
         is written from them); no cost or carbon: the experiment has no region."""
-        from .window import rebase
-
-        runs = [o.raw for o in outcomes]
-        config = {id(r): c.config for c, r in zip(cells, runs, strict=True)}
-        group = {id(r): self.window_group(c.keys) for c, r in zip(cells, runs, strict=True)}
-        line = rebase(runs, lambda r: group[id(r)], lambda r: config[id(r)], "cluster size and seed")
+        line = self.charge_records(cells, [o.raw for o in outcomes], "cluster size and seed")
         for o in outcomes:
             assert o.metrics is not None
             o.metrics.update(energy_kwh=o.raw.energy_kwh, own_window_kwh=o.raw.own_window_kwh)

@@ -59,7 +59,7 @@ def built(cfg: HkbuDvfsConfig, outcomes: Sequence[Outcome]) -> Built:
         if "total_j" in o.raw:
             continue
         assert o.metrics is not None
-        # the common-window total, the run's own beside it (the columns rebase_rows gave trace.csv)
+        # the common-window total, the run's own beside it (the columns trace.csv has always had)
         trace_rows.append({**o.raw, "total_energy_kwh": o.metrics["energy_kwh"],
                            "own_window_kwh": o.metrics["own_window_kwh"]})  # fmt: skip
     trace = None

@@ -151,28 +151,34 @@ class Experiment(ABC):
     def charge(self, cells: Sequence[Cell], outcomes: Sequence[Outcome]) -> str:
         """Charge the runs compared with one another over one common window (``experiments/window.py``, in
         place) and return the line naming it ("" where no run has a power tail to charge)."""
-        from .window import rebase
-
         charged = [(c, o) for c, o in zip(cells, outcomes, strict=True) if o.window_input is not None]
         if not charged:
             return ""
         for _, o in charged:
             assert o.metrics is not None
             o.energy_kwh, o.cost_usd, o.co2_kg = (o.metrics[k] for k in ("energy_kwh", "cost_usd", "co2_kg"))
-        config_of = {id(o): c.config for c, o in charged}
-        group_of = {id(o): self.window_group(c.keys) for c, o in charged}
-        line = rebase(
-            [o for _, o in charged],
-            lambda o: group_of[id(o)],
-            lambda o: config_of[id(o)],
-            "experiment" if len(set(group_of.values())) == 1 else "group of compared runs",
-        )
+        line = self.charge_records([c for c, _ in charged], [o for _, o in charged])
         for _, o in charged:
             assert o.metrics is not None
             o.metrics.update(
                 energy_kwh=o.energy_kwh, own_window_kwh=o.own_window_kwh, cost_usd=o.cost_usd, co2_kg=o.co2_kg
             )
         return line
+
+    def charge_records(
+        self, cells: Sequence[Cell], records: Sequence[Any], what: str | None = None, target: str = "energy_kwh"
+    ) -> str:
+        """``window.rebase`` of `records` (one per cell: each with ``window_input``, ``energy_kwh`` and optionally
+        ``cost_usd``/``co2_kg``), grouped by :meth:`window_group` of their cells' keys and with their cells'
+        configs; `what` names a group in the returned line. For an experiment whose own tables are written from
+        its run records, charged in place."""
+        from .window import rebase
+
+        config_of = {id(r): c.config for c, r in zip(cells, records, strict=True)}
+        group_of = {id(r): self.window_group(c.keys) for c, r in zip(cells, records, strict=True)}
+        if what is None:
+            what = "experiment" if len(set(group_of.values())) == 1 else "group of compared runs"
+        return rebase(records, lambda r: group_of[id(r)], lambda r: config_of[id(r)], what, target)
 
     def tables(
         self, cfg: BaseModel, cells: Sequence[Cell], outcomes: Sequence[Outcome], out: Path

@@ -20,7 +20,6 @@ from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from ..core.errors import WattschedError
@@ -187,25 +186,6 @@ INPUT_KEYS = ("energy_kwh", "energy_by_component_kwh", "cost_usd", "co2_kg", "ta
 def window_input(summary: dict[str, Any]) -> dict[str, Any]:
     """The part of a run summary :func:`rebase` needs (kept on an experiment's per-run record)."""
     return {k: summary[k] for k in INPUT_KEYS if k in summary}
-
-
-def rebase_rows(
-    rows: Sequence[dict[str, Any]],
-    energy_key: str,
-    group: Callable[[dict[str, Any]], Hashable],
-    config: Callable[[dict[str, Any]], SimulationConfig],
-    what: str,
-) -> str:
-    """:func:`rebase` for an experiment whose per-run records are dicts carrying ``_window_input`` (taken off
-    them): `energy_key` becomes the common-window energy and ``own_window_kwh`` keeps the run's own (in place).
-    The line naming the window."""
-    runs = [
-        SimpleNamespace(row=r, energy_kwh=r[energy_key], window_input=r.pop("_window_input")) for r in rows
-    ]
-    line = rebase(runs, lambda n: group(n.row), lambda n: config(n.row), what)
-    for n in runs:
-        n.row[energy_key], n.row["own_window_kwh"] = n.energy_kwh, n.own_window_kwh
-    return line
 
 
 def rebase(
