@@ -7,6 +7,7 @@ and the targets; the two figures read the per-run series kept on the run records
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -141,7 +142,10 @@ def _per_policy(per: Per) -> list[Section]:
         rows = [
             {
                 "policy": policy,
-                "energy, common window (kWh)": f"{r['energy_kwh']:.0f} ± {r['energy_kwh_std']:.0f}",
+                "energy, common window (kWh)": f"{r['energy_kwh']:.0f}"
+                + (
+                    "" if math.isnan(r["energy_kwh_std"]) else f" ± {r['energy_kwh_std']:.0f}"
+                ),  # one seed: no std
                 "avg active nodes": f"{r['avg_active_nodes']:.1f}",
                 "avg runtime (h)": _h(r["avg_runtime_s"]),
                 "avg JCT (h)": _h(r["jct_mean_s"]),

@@ -166,7 +166,11 @@ class Experiment(ABC):
         return line
 
     def charge_records(
-        self, cells: Sequence[Cell], records: Sequence[Any], what: str | None = None, target: str = "energy_kwh"
+        self,
+        cells: Sequence[Cell],
+        records: Sequence[Any],
+        what: str | None = None,
+        target: str = "energy_kwh",
     ) -> str:
         """``window.rebase`` of `records` (one per cell: each with ``window_input``, ``energy_kwh`` and optionally
         ``cost_usd``/``co2_kg``), grouped by :meth:`window_group` of their cells' keys and with their cells'
