@@ -1,32 +1,42 @@
-"""`wattsched serve slurm`: the scheduler running live on a Slurm cluster (docs/live-slurm.md §1)."""
+"""`wattsched serve ...`: the scheduler running live on a Slurm cluster (docs/live-slurm.md §1) or on Kubernetes
+(docs/live-kubernetes.md).
+
+The flags of a run setting (policies, energy, signals, the seed) are generated from its field of the run config,
+as `simulate`'s are (cli/options.py :func:`with_setting_options`): the same name, type, check and help, with a
+sentence on the live meaning where it needs one. The services' own flags (where they listen, their state, the
+cluster manager's side) are written here.
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ..experiments.config import SimulationConfig, resolve_config
 from .common import console, require_extra, user_errors
+from .options import Setting, is_set, with_setting_options
 
 serve_app = typer.Typer(help="Run the scheduler live on a cluster manager.", no_args_is_help=True)
 
 
-def _live_signals(region: str | None, year: int, price_csv: str | None, carbon_csv: str | None):
-    """The price and carbon series a live run's policies read, aligned to the mirror's origin (epoch seconds)
-    by the simulator's rule (weekday and hour of the signal year); None when none is configured."""
-    if region is None and price_csv is None and carbon_csv is None:
+def _live_signals(run: SimulationConfig):
+    """The price and carbon series a live run's policies read (the run's region or price and carbon files, read
+    as its signal settings say), aligned to the mirror's origin (epoch seconds) by the simulator's rule (weekday
+    and hour of the signal year); None when none is configured."""
+    sig = run.signals
+    if sig.region is None and sig.price_csv is None and sig.carbon_csv is None:
         return None
     from datetime import UTC, datetime
 
-    from ..experiments.config import SignalSettings, SimulationConfig
     from ..experiments.energy_setup import align_grid_signals, load_grid_signals
 
-    signals = SignalSettings(region=region, year=year, price_csv=price_csv, carbon_csv=carbon_csv)
-    cfg = SimulationConfig(signals=signals)
+    cfg = SimulationConfig(signals=sig)
     loaded = load_grid_signals(cfg, [])  # read once, checked before the service starts
 
     def aligned(origin_s: float):
@@ -35,22 +45,82 @@ def _live_signals(region: str | None, year: int, price_csv: str | None, carbon_c
     return aligned
 
 
-_LIVE_OPTIONS = {
-    "region": typer.Option(help="grid region whose price and carbon the policies read, e.g. US-CAL-CISO"),
-    "year": typer.Option(
-        help="year of the region's price and carbon series (mapped onto today by weekday/hour)"
+# The run settings of the live services, by flat key (experiments/config.py FLAT_KEYS); their flags are
+# simulate's. Values are checked as simulate's (resolve_config), into a SimulationConfig of which only these are
+# read. A live sentence (added to the field's help) starts with "Live".
+_RUN = partial(resolve_config, None)
+_SEED = Setting("seed", live="Live: the seed of the policies' tie-break node order, as in simulate")
+# How the series are read (their alignment is live's own: onto today by weekday and hour).
+_SIGNALS = (
+    Setting("region", live="Live: the price and carbon the policies read"),
+    Setting("year", live="Live: its series is mapped onto today by weekday and hour"),
+    Setting("price_csv"),
+    Setting("carbon_csv"),
+    Setting("signal_tz"),
+    Setting("carbon_kind"),
+    Setting("signal_max_gap_hours"),
+    Setting("signal_fill"),
+)
+SLURM_SETTINGS = (
+    Setting("queue"),
+    Setting("placement"),
+    Setting("allocation"),
+    Setting("round_s"),
+    Setting(
+        "power_states.idle_timeout_s",
+        live="Live: with --power idle-timeout, a node idle this long is powered down through scontrol",
+        aliases=("--idle-timeout",),
     ),
-    "price_csv": typer.Option(help="the operator's own price series (CSV, as simulate --price-csv)"),
-    "carbon_csv": typer.Option(help="the operator's own carbon series (CSV, as simulate --carbon-csv)"),
-    "checkpoint_interval": typer.Option(
-        help="seconds between the jobs' own checkpoints (0: they checkpoint when stopped), as in simulate",
-        min=0,
+    Setting(
+        "checkpoint_interval_s",
+        live="Live: the jobs' own checkpoint interval (0: they checkpoint when stopped)",
+        aliases=("--checkpoint-interval",),
     ),
-    "agent_metrics_url": typer.Option(
-        help="each node agent's /metrics ({node}: the node name): measured GPU power for the policies' view; "
-        "without it, the linear power model"
+    *_SIGNALS,
+    _SEED,
+)
+CHECK_SETTINGS = (
+    Setting("placement", live="Live: the one policy, after a fifo queue, live and in the simulator"),
+    Setting("seed", live="Live: the tie-break seed, live and in the simulator"),
+)
+# FGD's typical pods: the workload's, as in simulate; live, without one, the pods listed at start.
+_K8S_WORKLOAD = Setting(
+    "workload",
+    default=None,
+    live="Live: the workload FGD's typical pods come from (e.g. alibaba-v2023/default, PATH.csv); without it, the "
+    "pods listed at start",
+)
+K8S_EXTENDER_SETTINGS = (Setting("placement", default="fgd"), _K8S_WORKLOAD, _SEED)
+K8S_SCHEDULER_SETTINGS = (
+    Setting("placement", default="fgd"),
+    Setting(
+        "queue",
+        default=None,
+        live="Live: given, the full contract (LiveDriver) with --placement, instead of placing pods one by one as "
+        "they come (a fifo queue then by default)",
     ),
-}
+    Setting("allocation", live="Live: the full contract"),
+    Setting("round_s"),
+    Setting(
+        "power_manager",
+        default=None,
+        live="Live: given, the full contract; nodes are cordoned and powered through --power-up-cmd / "
+        "--power-down-cmd",
+    ),
+    Setting(
+        "power_states.idle_timeout_s",
+        live="Live: with --power-manager idle-timeout, a node idle this long is cordoned and powered down",
+        aliases=("--idle-timeout",),
+    ),
+    *_SIGNALS,
+    _K8S_WORKLOAD,
+    _SEED,
+)
+
+_AGENT_METRICS_URL = typer.Option(
+    help="each node agent's /metrics ({node}: the node name): measured GPU power for the policies' view; "
+    "without it, the linear power model"
+)
 
 
 def _type_map(values: list[str]) -> dict[str, str]:
@@ -66,15 +136,9 @@ def _type_map(values: list[str]) -> dict[str, str]:
 
 
 @serve_app.command("slurm")
+@with_setting_options(SimulationConfig, SLURM_SETTINGS, _RUN)
 def slurm(
-    queue: Annotated[str, typer.Option(help="queue policy (wattsched policies)")] = "fifo",
-    placement: Annotated[str, typer.Option(help="placement policy, e.g. best-fit, fgd, pwr_200_fgd_800")] = (
-        "best-fit"
-    ),
-    allocation: Annotated[
-        str | None, typer.Option(help="an allocation policy instead of --queue/--placement")
-    ] = None,
-    round_s: Annotated[float | None, typer.Option(help="allocation policy round (s)")] = None,
+    run: SimulationConfig,
     partition: Annotated[
         str | None, typer.Option(help="only this partition (default: every node and job)")
     ] = None,
@@ -91,9 +155,6 @@ def slurm(
             "(idle-timeout, forecast: wattsched powers nodes down and up through scontrol)"
         ),
     ] = "slurm",
-    idle_timeout: Annotated[
-        float, typer.Option(help="idle-timeout: idle seconds before a node is powered down", min=1)
-    ] = 600.0,
     allow_resize: Annotated[
         bool,
         typer.Option(
@@ -105,7 +166,6 @@ def slurm(
     gpu_type_map: Annotated[
         list[str] | None, typer.Option(help="SLURM_TYPE=MODEL for GPU types not in the catalog (repeatable)")
     ] = None,
-    seed: Annotated[int, typer.Option(help="seed of the policies' tie-break order (as in simulate)")] = 42,
     record_profiles: Annotated[
         Path | None,
         typer.Option(
@@ -120,12 +180,7 @@ def slurm(
     record_interval: Annotated[
         float, typer.Option(help="seconds between reads of the agents for --record-profiles", min=1)
     ] = 30.0,
-    region: Annotated[str | None, _LIVE_OPTIONS["region"]] = None,
-    year: Annotated[int, _LIVE_OPTIONS["year"]] = 2023,
-    price_csv: Annotated[str | None, _LIVE_OPTIONS["price_csv"]] = None,
-    carbon_csv: Annotated[str | None, _LIVE_OPTIONS["carbon_csv"]] = None,
-    checkpoint_interval: Annotated[float, _LIVE_OPTIONS["checkpoint_interval"]] = 0.0,
-    agent_metrics_url: Annotated[str | None, _LIVE_OPTIONS["agent_metrics_url"]] = None,
+    agent_metrics_url: Annotated[str | None, _AGENT_METRICS_URL] = None,
     max_steps: Annotated[int | None, typer.Option(help="stop after this many observations (tests)")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
@@ -136,7 +191,6 @@ def slurm(
     from ..backends.profile_recorder import ProfileRecorder
     from ..backends.slurm.backend import SlurmBackend
     from ..backends.store import JobStore
-    from ..engine.power import PowerStateConfig
     from ..policies.build import SchedulerConfig, build_scheduler
     from ..policies.contract import POWER_MANAGERS
     from ..policies.power import power_manager_from_config
@@ -148,7 +202,7 @@ def slurm(
             raise typer.BadParameter(f"--power: slurm, none or one of {', '.join(managers)}; got {power!r}")
         manager = None
         if power in managers:
-            manager = power_manager_from_config(power, PowerStateConfig(idle_timeout_s=idle_timeout))
+            manager = power_manager_from_config(power, run.energy.power_states)
         recorder = None
         if record_profiles is not None:  # checked before anything starts (the job store is a file too)
             if not record_profiles.parent.is_dir():
@@ -159,15 +213,13 @@ def slurm(
                 recorder = ProfileRecorder(record_profiles, agent_url, record_interval)
             except ValueError as exc:
                 raise typer.BadParameter(str(exc)) from None
-        cfg = SchedulerConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
-        scheduler = build_scheduler(cfg, None)
+        scheduler = build_scheduler(SchedulerConfig.of(run.scheduler), None)
         metrics = LiveMetrics()
         driver = LiveDriver(
             SlurmBackend(partition=partition, wakes_nodes_for_jobs=power == "slurm"), scheduler,
-            JobStore(state_db), seed=seed, power_manager=manager, allow_resize=allow_resize,
-            gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics,
-            signals_for=_live_signals(region, year, price_csv, carbon_csv),
-            checkpoint_interval_s=checkpoint_interval, agent_metrics_url=agent_metrics_url,
+            JobStore(state_db), seed=run.seed, power_manager=manager, allow_resize=allow_resize,
+            gpu_type_map=_type_map(gpu_type_map or []), metrics=metrics, signals_for=_live_signals(run),
+            checkpoint_interval_s=run.perf.checkpoint_interval_s, agent_metrics_url=agent_metrics_url,
         )  # fmt: skip
         driver.recorder = recorder
         if metrics_port:
@@ -184,8 +236,9 @@ def slurm(
 
 
 @serve_app.command("check")
+@with_setting_options(SimulationConfig, CHECK_SETTINGS, _RUN)
 def check(
-    placement: Annotated[str, typer.Option(help="placement policy (fifo queue)")] = "best-fit",
+    run: SimulationConfig,
     slurm: Annotated[
         bool,
         typer.Option(
@@ -193,7 +246,6 @@ def check(
         ),
     ] = False,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("runs/sim-to-live"),
-    seed: Annotated[int, typer.Option(help="tie-break seed, live and simulated")] = 42,
 ) -> None:
     """Sim-to-live check: the scripted workload (12 sleep jobs, a 2-node gang among them) placed live and in the
     simulator; writes compare.csv and report.md side by side, with the decision latency."""
@@ -209,6 +261,7 @@ def check(
     from ..experiments.grid import write_csv
     from ..policies.build import SchedulerConfig, build_scheduler
 
+    placement = run.scheduler.placement
     with user_errors():
         cfg = SchedulerConfig(queue="fifo", placement=placement)
         fake = None if slurm else FakeSlurm.uniform(3)
@@ -226,7 +279,9 @@ def check(
                 job_id = runner(sbatch_args(j)).strip().split(";")[0]
             durations[job_id] = j.duration_s
         out.mkdir(parents=True, exist_ok=True)
-        driver = LiveDriver(backend, build_scheduler(cfg, None), JobStore(out / "state.sqlite"), seed=seed)
+        driver = LiveDriver(
+            backend, build_scheduler(cfg, None), JobStore(out / "state.sqlite"), seed=run.seed
+        )
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if fake is not None:
@@ -251,38 +306,33 @@ def check(
         raise typer.Exit(1)
 
 
-def _k8s_common(placement: str, kubeconfig: str | None, offline: str | None, workload: str | None, seed: int,
-                log_level: str):  # fmt: skip
+def _k8s_common(run: SimulationConfig, kubeconfig: str | None, offline: str | None, log_level: str):
     from ..backends.k8s.connect import connect
     from ..policies.base import PLACEMENT_POLICIES
     from ..workloads.catalog import load_workload
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    policy = PLACEMENT_POLICIES.create(placement)
+    policy = PLACEMENT_POLICIES.create(run.scheduler.placement)
+    workload = run.workload.name if is_set(run, ("workload", "name")) else None
     jobs = load_workload(workload).jobs if workload else None
     api, where = connect(kubeconfig, offline)
     return policy, jobs, api, where
 
 
 _K8S_OPTIONS = {
-    "placement": typer.Option(help="placement policy, e.g. fgd, pwr_200_fgd_800, best-fit"),
-    "seed": typer.Option(help="seed of the policy's tie-break node order (as in simulate)"),
     "log_level": typer.Option(help="DEBUG, INFO, WARNING"),
     "kubeconfig": typer.Option(help="kubeconfig file (default: in-cluster, else ~/.kube/config)"),
     "offline": typer.Option(
         help="no API server: serve an in-memory cluster, a wattsched cluster name (default, alibaba-v2023, "
         "PATH.yaml) or a v1.NodeList JSON file; bindings go nowhere"
     ),
-    "workload": typer.Option(
-        help="the workload FGD's typical pods come from (e.g. alibaba-v2023/default, PATH.csv); default: the "
-        "pods listed at start"
-    ),
 }
 
 
 @serve_app.command("k8s-extender")
+@with_setting_options(SimulationConfig, K8S_EXTENDER_SETTINGS, _RUN)
 def k8s_extender(
-    placement: Annotated[str, _K8S_OPTIONS["placement"]] = "fgd",
+    run: SimulationConfig,
     host: Annotated[str, typer.Option(help="address to listen on (kube-scheduler beside it: 127.0.0.1)")] = (
         "127.0.0.1"
     ),
@@ -296,8 +346,6 @@ def k8s_extender(
     max_body_bytes: Annotated[int, typer.Option(help="largest request body accepted", min=1024)] = 32 * 2**20,
     kubeconfig: Annotated[str | None, _K8S_OPTIONS["kubeconfig"]] = None,
     offline: Annotated[str | None, _K8S_OPTIONS["offline"]] = None,
-    workload: Annotated[str | None, _K8S_OPTIONS["workload"]] = None,
-    seed: Annotated[int, _K8S_OPTIONS["seed"]] = 42,
     log_level: Annotated[str, _K8S_OPTIONS["log_level"]] = "INFO",
 ) -> None:
     """A kube-scheduler extender: POST <prefix>/filter, /prioritize and /bind score and bind pods with a wattsched
@@ -312,8 +360,8 @@ def k8s_extender(
             raise typer.BadParameter("--tls-cert and --tls-key go together")
         if tls_client_ca and not tls_cert:
             raise typer.BadParameter("--tls-client-ca needs --tls-cert and --tls-key")
-        policy, jobs, api, where = _k8s_common(placement, kubeconfig, offline, workload, seed, log_level)
-        watcher = ClusterWatcher(api, policy, seed=seed, workload=jobs)
+        policy, jobs, api, where = _k8s_common(run, kubeconfig, offline, log_level)
+        watcher = ClusterWatcher(api, policy, seed=run.seed, workload=jobs)
         stop = threading.Event()
         server = ExtenderServer(Extender(watcher), host, port, prefix, max_body_bytes,
                                 str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None,
@@ -334,29 +382,9 @@ def k8s_extender(
 
 
 @serve_app.command("k8s-scheduler")
+@with_setting_options(SimulationConfig, K8S_SCHEDULER_SETTINGS, _RUN)
 def k8s_scheduler(
-    placement: Annotated[str, _K8S_OPTIONS["placement"]] = "fgd",
-    queue: Annotated[
-        str | None,
-        typer.Option(
-            help="a queue policy: the full contract (LiveDriver) with --placement, instead of placing pods "
-            "one by one as they come"
-        ),
-    ] = None,
-    allocation: Annotated[
-        str | None, typer.Option(help="an allocation policy (full contract), e.g. tiresias, eaco, cedla")
-    ] = None,
-    round_s: Annotated[float | None, typer.Option(help="allocation policy round (s)")] = None,
-    power_manager: Annotated[
-        str | None,
-        typer.Option(
-            help="a wattsched power manager (idle-timeout, forecast): nodes are cordoned and powered "
-            "through --power-up-cmd / --power-down-cmd"
-        ),
-    ] = None,
-    idle_timeout: Annotated[
-        float, typer.Option(help="idle-timeout: idle seconds before a node goes off", min=1)
-    ] = (600.0),
+    run: SimulationConfig,
     power_up_cmd: Annotated[
         str | None, typer.Option(help="node power hook, run as an argument list; {node} is the node's name")
     ] = None,
@@ -373,10 +401,6 @@ def k8s_scheduler(
     state_db: Annotated[Path, typer.Option(help="full contract: wattsched's job record (sqlite)")] = Path(
         "wattsched-k8s.sqlite"
     ),
-    region: Annotated[str | None, _LIVE_OPTIONS["region"]] = None,
-    year: Annotated[int, _LIVE_OPTIONS["year"]] = 2023,
-    price_csv: Annotated[str | None, _LIVE_OPTIONS["price_csv"]] = None,
-    carbon_csv: Annotated[str | None, _LIVE_OPTIONS["carbon_csv"]] = None,
     max_steps: Annotated[
         int | None, typer.Option(help="full contract: stop after this many observations")
     ] = None,
@@ -388,8 +412,6 @@ def k8s_scheduler(
     ] = True,
     kubeconfig: Annotated[str | None, _K8S_OPTIONS["kubeconfig"]] = None,
     offline: Annotated[str | None, _K8S_OPTIONS["offline"]] = None,
-    workload: Annotated[str | None, _K8S_OPTIONS["workload"]] = None,
-    seed: Annotated[int, _K8S_OPTIONS["seed"]] = 42,
     log_level: Annotated[str, _K8S_OPTIONS["log_level"]] = "INFO",
 ) -> None:
     """A custom Kubernetes scheduler for the pods whose spec.schedulerName is --scheduler-name. With --queue,
@@ -400,17 +422,19 @@ def k8s_scheduler(
     from ..backends.k8s.scheduler import CustomScheduler
 
     with user_errors():
-        policy, jobs, api, where = _k8s_common(placement, kubeconfig, offline, workload, seed, log_level)
+        policy, jobs, api, where = _k8s_common(run, kubeconfig, offline, log_level)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        if queue or allocation or power_manager:
-            _k8s_full_contract(api, where, stop, queue or "fifo", placement, allocation, round_s, power_manager,
-                               idle_timeout, power_up_cmd, power_down_cmd, eviction_grace, interval, state_db,
-                               _live_signals(region, year, price_csv, carbon_csv), scheduler_name, seed,
-                               max_steps)  # fmt: skip
+        # The full contract: a queue, an allocation or a power manager given (placement alone: pod by pod).
+        power_manager = run.energy.power_manager if is_set(run, ("energy", "power_manager")) else None
+        if is_set(run, ("scheduler", "queue")) or run.scheduler.allocation or power_manager:
+            _k8s_full_contract(api, where, stop, run, power_manager, power_up_cmd, power_down_cmd, eviction_grace,
+                               interval, state_db, scheduler_name, max_steps)  # fmt: skip
             return
-        scheduler = CustomScheduler(api, policy, scheduler_name, seed=seed, workload=jobs, post_events=events)
+        scheduler = CustomScheduler(
+            api, policy, scheduler_name, seed=run.seed, workload=jobs, post_events=events
+        )
         console.print(f"wattsched k8s-scheduler '{scheduler_name}' ({policy.name}); cluster: {where}",
                       highlight=False)  # fmt: skip
         scheduler.run(stop)
@@ -419,24 +443,22 @@ def k8s_scheduler(
         )
 
 
-def _k8s_full_contract(api, where, stop, queue, placement, allocation, round_s, power_manager, idle_timeout,
-                       power_up_cmd, power_down_cmd, eviction_grace, interval, state_db, signals_for,
-                       scheduler_name, seed, max_steps) -> None:  # fmt: skip
+def _k8s_full_contract(api, where, stop, run: SimulationConfig, power_manager: str | None, power_up_cmd,
+                       power_down_cmd, eviction_grace, interval, state_db, scheduler_name,
+                       max_steps) -> None:  # fmt: skip
     from ..backends.driver import LiveDriver
     from ..backends.k8s.backend import K8sBackend
     from ..backends.store import JobStore
-    from ..engine.power import PowerStateConfig
     from ..policies.build import SchedulerConfig, build_scheduler
     from ..policies.power import power_manager_from_config
 
-    cfg = SchedulerConfig(queue=queue, placement=placement, allocation=allocation, round_s=round_s)
-    scheduler = build_scheduler(cfg, None)
+    scheduler = build_scheduler(SchedulerConfig.of(run.scheduler), None)
     manager = None
     if power_manager:
-        manager = power_manager_from_config(power_manager, PowerStateConfig(idle_timeout_s=idle_timeout))
+        manager = power_manager_from_config(power_manager, run.energy.power_states)
     backend = K8sBackend(api, scheduler_name, power_up_cmd, power_down_cmd, eviction_grace)
-    driver = LiveDriver(backend, scheduler, JobStore(state_db), seed=seed, power_manager=manager,
-                        signals_for=signals_for)  # fmt: skip
+    driver = LiveDriver(backend, scheduler, JobStore(state_db), seed=run.seed, power_manager=manager,
+                        signals_for=_live_signals(run))  # fmt: skip
     console.print(f"wattsched k8s-scheduler '{scheduler_name}' ({scheduler.name}"
                   f"{', ' + manager.name if manager else ''}, full contract) every {interval:g} s; cluster: {where}",
                   highlight=False)  # fmt: skip
