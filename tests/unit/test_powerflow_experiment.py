@@ -202,7 +202,7 @@ def test_cli_unknown_baseline_is_one_error_line():
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--caps", "0.9,abc"], "error: --caps: 'abc' is not a number (SM-clock fractions such as 0.8)"),
+        (["--caps", "0.9,abc"], "error: --caps: expected numbers such as 1,0.9, got '0.9,abc'"),
         (["--seeds", "0"], "error: --seeds: Input should be greater than or equal to 1"),
         (["--budget-points", "0"], "error: --budget-points: Input should be greater than or equal to 1"),
         (

@@ -76,7 +76,7 @@ def _protocol_command(name: str) -> None:
     import inspect
 
     from ..experiments.protocol import experiment as find_experiment
-    from .options import command_with_config_options
+    from .options import command_with_config_options, number_lists
 
     exp = find_experiment(name)
 
@@ -88,7 +88,7 @@ def _protocol_command(name: str) -> None:
 
         with user_errors():
             try:
-                cfg = exp.config_model(**overrides)
+                cfg = exp.config_model(**number_lists(exp.config_model, overrides))
             except ValidationError as exc:
                 first = exc.errors()[0]
                 field = ".".join(str(p) for p in first["loc"])

@@ -60,6 +60,32 @@ def _is_scalar_list(annotation: Any) -> bool:
     return typing.get_origin(annotation) is list and typing.get_args(annotation)[0] in (str, int, float)
 
 
+def number_lists(model: type[BaseModel], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` with the items of every list-of-numbers flag of `model` (a flat config, an experiment's) as
+    numbers; an item that is none is a :class:`WattschedError` naming the flag, with the field's first default
+    items as the example (``--nodes: expected numbers such as 28,64, got '28,abc'``)."""
+    from ..core.errors import WattschedError
+
+    out = dict(overrides)
+    for name, info in model.model_fields.items():
+        annotation, _ = _unwrap(info.annotation)
+        if name not in out or not _is_scalar_list(annotation) or typing.get_args(annotation)[0] is str:
+            continue
+        item = typing.get_args(annotation)[0]
+        try:
+            out[name] = [item(v) if isinstance(v, str) else v for v in out[name]]
+        except ValueError:
+            extra: dict[str, Any] = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            flag = extra.get("cli") or "--" + name.replace("_", "-")
+            defaults = info.default_factory() if info.default_factory is not None else []  # type: ignore[call-arg]
+            example = (
+                ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in list(defaults)[:2]) or "1,2"
+            )
+            text = ",".join(map(str, out[name]))
+            raise WattschedError(f"{flag}: expected numbers such as {example}, got {text!r}") from None
+    return out
+
+
 def _is_text_mapping(annotation: Any) -> bool:
     return typing.get_origin(annotation) is dict and typing.get_args(annotation) == (str, str)
 

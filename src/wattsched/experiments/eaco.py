@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import UnknownNameError, WattschedError
 from ..core.states import STATUS_DONE, STATUS_NAMES
@@ -112,20 +111,6 @@ class EacoConfig(BaseModel):
     )
     columns: dict[str, str] = same_setting("columns")
     data_dir: str | None = same_setting("data_dir")
-
-    @field_validator("nodes", mode="before")
-    @classmethod
-    def _sizes_are_numbers(cls, value: Any) -> Any:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list):
-            return value
-        try:
-            return [int(v) if isinstance(v, str) else v for v in items]
-        except ValueError:
-            text = ",".join(map(str, items))
-            raise PydanticCustomError(
-                "numbers", "expected numbers such as 28,64, got {text}", {"text": repr(text)}
-            ) from None
 
 
 @dataclass

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import WattschedError
 from ..policies.hkbu_dvfs import OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ListConfig, list_schedule
@@ -108,19 +107,6 @@ class HkbuDvfsConfig(BaseModel):
     )
     columns: dict[str, str] = same_setting("columns")
     data_dir: str | None = same_setting("data_dir")
-
-    @field_validator("utilisations", mode="before")
-    @classmethod
-    def _numbers(cls, value: Any) -> Any:
-        """The flag's items as numbers, or the hand-written command's message naming the whole value."""
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            try:
-                return [float(v) for v in value]
-            except ValueError:
-                raise PydanticCustomError(
-                    "numbers", "expected numbers such as 0.2,0.4, got {text}", {"text": repr(",".join(value))}
-                ) from None
-        return value
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import UnknownNameError, WattschedError
 from .config import same_setting
@@ -153,20 +152,6 @@ class PowerFlowConfig(BaseModel):
     profiles: str | None = same_setting("profiles")
     columns: dict[str, str] = same_setting("columns")
     data_dir: str | None = same_setting("data_dir")
-
-    @field_validator("caps", mode="before")
-    @classmethod
-    def _caps_are_numbers(cls, value: Any) -> Any:
-        for item in value if isinstance(value, list | tuple) else []:
-            try:
-                float(item)
-            except (TypeError, ValueError):
-                raise PydanticCustomError(
-                    "not_a_number",
-                    "'{item}' is not a number (SM-clock fractions such as 0.8)",
-                    {"item": item},
-                ) from None
-        return value
 
 
 @dataclass
