@@ -13,15 +13,19 @@ runner = CliRunner()
 
 
 def _commands():
-    """(argv path, click command) for the app and every sub-command, depth first."""
+    """(argv path, click command) for the app and every sub-command, depth first; a group's commands as it
+    resolves them (a lazily built command is built, cli/lazy.py)."""
     out = []
 
-    def walk(command, path):
+    def walk(command, path, ctx):
         out.append((path, command))
-        for name, sub in sorted(getattr(command, "commands", {}).items()):
-            walk(sub, [*path, name])
+        if hasattr(command, "list_commands"):
+            for name in sorted(command.list_commands(ctx)):
+                sub = command.get_command(ctx, name)
+                walk(sub, [*path, name], sub.make_context(name, [], parent=ctx, resilient_parsing=True))
 
-    walk(typer.main.get_command(app), [])
+    root = typer.main.get_command(app)
+    walk(root, [], root.make_context("wattsched", [], resilient_parsing=True))
     return out
 
 

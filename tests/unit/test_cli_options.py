@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-import wattsched.cli.main as cli_main
+import wattsched.experiments.run as run_module  # the CLI imports run_simulation from it when a run starts
 from wattsched.cli.main import app
 from wattsched.cli.options import config_options
 from wattsched.experiments.config import FLAT_KEYS, SimulationConfig
@@ -67,7 +67,8 @@ def leaves(model: type[BaseModel], prefix: str = "") -> dict[str, object]:
 
 
 def simulate_params() -> dict[str, object]:
-    command = typer.main.get_command(app).commands["simulate"]
+    root = typer.main.get_command(app)
+    command = root.get_command(root.make_context("wattsched", [], resilient_parsing=True), "simulate")
     return {opt: p for p in command.params for opt in [*p.opts, *p.secondary_opts]}
 
 
@@ -211,7 +212,7 @@ def test_every_flag_value_reaches_its_setting(monkeypatch, exclusive):
     covered = {nested(p) for p in [*VALUES, *EXCLUSIVE]} | FILE_ONLY
     assert covered == set(leaves(SimulationConfig))  # a new setting needs a value here
     seen = {}
-    monkeypatch.setattr(cli_main, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
+    monkeypatch.setattr(run_module, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
     values = {**VALUES, exclusive: EXCLUSIVE[exclusive]}
     result = runner.invoke(app, ["simulate", "--quiet", *_args(values)])
     assert result.exit_code == 0, result.output
@@ -234,7 +235,7 @@ def test_every_flag_value_reaches_its_setting(monkeypatch, exclusive):
 )
 def test_flags_override_the_config_file_and_unset_flags_leave_it(monkeypatch, tmp_path, text):
     seen = {}
-    monkeypatch.setattr(cli_main, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
+    monkeypatch.setattr(run_module, "run_simulation", lambda cfg, out, progress: seen.setdefault("cfg", cfg))
     path = tmp_path / "cfg.yaml"
     path.write_text(text)
     result = runner.invoke(app, ["simulate", "--config", str(path), "--boot-time-s", "75", "--quiet"])

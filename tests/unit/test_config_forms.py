@@ -318,7 +318,8 @@ def test_simulate_flags_are_the_leaf_settings_ones_unchanged_and_unique():
     leaves = {p for p in _leaf_paths(SimulationConfig) if p != ("workload", "synthetic", "gpu_count_mix")}
     assert {o.path for o in options} == leaves  # one flag per leaf setting (a mapping of ints is file only)
     assert sorted(flags) == sorted(SIMULATE_FLAGS)
-    command = typer.main.get_command(app).commands["simulate"]  # type: ignore[attr-defined]
+    root: Any = typer.main.get_command(app)  # a group: it builds simulate when asked (cli/lazy.py)
+    command = root.get_command(root.make_context("wattsched", [], resilient_parsing=True), "simulate")
     given = {o for p in command.params for o in p.opts} - {"--config", "--out", "--quiet"}
     assert given == set(SIMULATE_FLAGS)
     # the flat key of each group setting is its flag's name, but for the renamed synthetic job count

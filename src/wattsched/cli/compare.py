@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 from rich.measure import Measurement
 from rich.table import Table
@@ -15,6 +14,9 @@ from rich.text import Text
 
 from ..core.atomic import write_with
 from .common import console, err_console, user_errors
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def runs_argument(metavar: str):

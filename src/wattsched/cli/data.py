@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -18,8 +18,10 @@ from rich.progress import (
 from rich.table import Table
 
 from ..core.errors import WattschedError
-from ..data import fetch as fetch_mod
 from ..data import registry
+
+if TYPE_CHECKING:
+    from ..data import fetch as fetch_mod  # the downloader (http, ssl): imported when a command downloads
 
 data_app = typer.Typer(
     help="List, download and verify the public datasets wattsched uses.", no_args_is_help=True
@@ -78,6 +80,8 @@ def fetch_dataset(
     timeout: Annotated[float, typer.Option("--timeout", help="Network timeout per request, seconds.")] = 60,
 ) -> None:
     """Download a dataset, verifying every file's sha256; files already present and valid are skipped."""
+    from ..data import fetch as fetch_mod
+
     try:
         registry.dataset(name)  # fail on a bad name before drawing any progress display
     except WattschedError as exc:
@@ -121,6 +125,8 @@ def verify_dataset(
     data_dir: DataDirOption = None,
 ) -> None:
     """Check the sha256 of every file of a local copy; exit 1 if any file is missing or differs."""
+    from ..data import fetch as fetch_mod
+
     try:
         folder, problems = fetch_mod.verify(name, data_dir)
     except WattschedError as exc:

@@ -1,22 +1,32 @@
 """`wattsched experiment ...`: reproduction experiments that run a grid of policies x seeds.
 
 One command per registered experiment (``experiments/protocol.py``), generated here from the experiment's config
-(one flag per field, as ``simulate``'s are) plus the options every experiment shares.
+(one flag per field, as ``simulate``'s are) plus the options every experiment shares. The names come from the
+catalog, which imports nothing; a command is built, and its experiment's module imported, when it runs or its
+help is shown (``cli/lazy.py``).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from ..experiments.parallel import Execution
+from ..experiments.catalog import experiment_names
 from .common import console, err_console, progress_bar, user_errors
+from .lazy import LazyGroup, add_lazy_command
+
+if TYPE_CHECKING:
+    from ..experiments.parallel import Execution
 
 experiment_app = typer.Typer(
-    help="Reproduction experiments (policy x seed grids) with tables and plots.", no_args_is_help=True
+    help="Reproduction experiments (policy x seed grids) with tables and plots.",
+    no_args_is_help=True,
+    cls=LazyGroup,
 )
 
 
@@ -61,6 +71,8 @@ def _notice(line: str) -> None:
 
 def grid_execution(backend: str, address: str | None, fresh: bool) -> Execution:
     """The --backend, --address and --fresh of an experiment, checked before anything is loaded or run."""
+    from ..experiments.parallel import Execution
+
     execution = Execution(backend, address, fresh=fresh, notify=_notice)
     execution.check()
     return execution
@@ -72,7 +84,7 @@ def _experiments() -> None:
 
 
 # -- protocol experiments: one command each, generated from the experiment's config ---------------------------
-def _protocol_command(name: str) -> None:
+def _protocol_command(name: str) -> Callable[..., None]:
     import inspect
 
     from ..experiments.protocol import experiment as find_experiment
@@ -120,15 +132,12 @@ def _protocol_command(name: str) -> None:
         option("quiet", QuietOption, False),
         option("plots", PlotsOption, True),
     ]
-    command = command_with_config_options(exp.config_model, extra, handler, exp.description)
-    experiment_app.command(name)(command)
+    return command_with_config_options(exp.config_model, extra, handler, exp.description)
 
 
 def _register_protocol_commands() -> None:
-    from ..experiments.protocol import experiment_names
-
     for name in experiment_names():
-        _protocol_command(name)
+        add_lazy_command(experiment_app, name, functools.partial(_protocol_command, name))
 
 
 _register_protocol_commands()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,28 +12,27 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..experiments.config import SimulationConfig, resolve_config
-from ..experiments.run import run_simulation
-from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
-from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
 from .agent import agent_command, agent_job_command
 from .common import console, err_console, progress_bar, user_errors
 from .compare import compare_command
 from .data import data_app
 from .experiment import experiment_app
-from .options import command_with_config_options
+from .lazy import LazyGroup, add_lazy_command
 from .perf import perf_app
 from .profile import profile_command
 from .report import report_command
 from .serve import serve_app
 from .signals import signals_app
 
+# The commands are built when they run (cli/lazy.py): `wattsched --help` and the light commands import neither
+# the run config nor the simulator.
 app = typer.Typer(
     name="wattsched",
     help="Energy-aware scheduling of deep-learning jobs on GPU clusters: simulate policies on real traces.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,
 )
 app.add_typer(data_app, name="data", help="List, fetch and verify the public datasets.")
 app.add_typer(
@@ -75,6 +75,9 @@ def print_summary(summary: dict[str, Any], out: Path | None) -> None:
 
 
 def _simulate(overrides: dict[str, Any], extra: dict[str, Any]) -> None:
+    from ..experiments.config import resolve_config
+    from ..experiments.run import run_simulation
+
     quiet = bool(extra["quiet"])
     out = extra["out"]
     with user_errors():
@@ -88,35 +91,47 @@ def _simulate(overrides: dict[str, Any], extra: dict[str, Any]) -> None:
         print_summary(result.summary, out)
 
 
-simulate = command_with_config_options(
-    SimulationConfig,
-    [
-        inspect.Parameter(
-            "config",
-            inspect.Parameter.KEYWORD_ONLY,
-            default=None,
-            annotation=Annotated[
-                Path | None, typer.Option("--config", help="YAML config; flags override it")
-            ],
-        ),
-        inspect.Parameter(
-            "out",
-            inspect.Parameter.KEYWORD_ONLY,
-            default=None,
-            annotation=Annotated[Path | None, typer.Option(help="run directory to write")],
-        ),
-        inspect.Parameter(
-            "quiet",
-            inspect.Parameter.KEYWORD_ONLY,
-            default=False,
-            annotation=Annotated[bool, typer.Option("--quiet", help="no progress bar or summary table")],
-        ),
-    ],
-    _simulate,
+SIMULATE_HELP = (
     "Replay a workload on a cluster under a queue and a placement policy, or an allocation policy in rounds; "
-    "write a run directory. Every setting of the config file is also a flag.",
+    "write a run directory. Every setting of the config file is also a flag."
 )
-app.command("simulate")(simulate)
+
+
+def simulate_command() -> Callable[..., None]:
+    """The `simulate` command: the extra options and one flag per field of the run config."""
+    from ..experiments.config import SimulationConfig
+    from .options import command_with_config_options
+
+    return command_with_config_options(
+        SimulationConfig,
+        [
+            inspect.Parameter(
+                "config",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[
+                    Path | None, typer.Option("--config", help="YAML config; flags override it")
+                ],
+            ),
+            inspect.Parameter(
+                "out",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[Path | None, typer.Option(help="run directory to write")],
+            ),
+            inspect.Parameter(
+                "quiet",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=False,
+                annotation=Annotated[bool, typer.Option("--quiet", help="no progress bar or summary table")],
+            ),
+        ],
+        _simulate,
+        SIMULATE_HELP,
+    )
+
+
+add_lazy_command(app, "simulate", simulate_command, SIMULATE_HELP)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("agent")(agent_command)
@@ -156,6 +171,9 @@ DEMO_COLUMNS = ("energy_kwh", "cost_usd", "co2_kg", "jct_mean_s", "jct_p95_s", "
 @app.command()
 def policies() -> None:
     """List the registered policies of every kind: queue, placement, allocation and power manager."""
+    from ..policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+    from ..policies.contract import ALLOCATION_POLICIES, POWER_MANAGERS
+
     kinds = (
         ("queue policies (--queue)", QUEUE_POLICIES),
         ("placement policies (--placement)", PLACEMENT_POLICIES),

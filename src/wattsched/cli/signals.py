@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 from zoneinfo import ZoneInfo
 
-import numpy as np
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -14,8 +13,13 @@ from rich.table import Table
 from ..core.atomic import write_with
 from ..core.errors import UnknownNameError
 from ..data import registry
-from ..energy.signals import catalog, clean
+from ..energy.signals import catalog
 from .common import console, extra_installed, missing_extra, user_errors
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..energy.signals import clean
 
 signals_app = typer.Typer(
     help="Inspect hourly electricity prices and grid carbon intensity.", no_args_is_help=True
@@ -39,6 +43,8 @@ def _load_signals(
     usd: bool,
 ) -> tuple[list[clean.GridSignal], list[str]]:
     """The requested signals, and notes about ones skipped because `both` asked for a series that does not exist."""
+    from ..energy.signals import clean
+
     if kind not in KINDS:
         raise UnknownNameError("signal kind", kind, KINDS)
     if fill is not None and fill not in catalog.FILL_MODES:
@@ -106,6 +112,7 @@ def _report_rows(signals: list[clean.GridSignal]) -> list[tuple[str, list[str]]]
 
 def _plot(signals: list[clean.GridSignal], profiles: list[np.ndarray], out: Path) -> Path:
     # Figure without pyplot: no global backend state, safe inside a library/CLI process.
+    import numpy as np
     import pandas as pd
     from matplotlib.figure import Figure
     from matplotlib.layout_engine import ConstrainedLayoutEngine
@@ -192,6 +199,10 @@ def show(
     ] = False,
 ) -> None:
     """Summary statistics, average daily shape by local hour, clean-up report and a PNG plot."""
+    import numpy as np
+
+    from ..energy.signals import clean
+
     with user_errors():
         signals, notes = _load_signals(region, year, kind, carbon_kind, data_dir, fill, max_gap_hours, usd)
         first = signals[0]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from .cluster import MILLI, ClusterSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TRAINING, INFERENCE = 0, 1
 JOB_CLASSES = ("training", "inference")
@@ -83,6 +86,8 @@ class JobTable:
         return JobTable(**{k: v[order] for k, v in kw.items()}, source=source, notes=list(notes))
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         cols = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("source", "notes")}
         df = pd.DataFrame(cols)
         df["job_class"] = np.asarray(JOB_CLASSES, dtype=object)[self.job_class]

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
-import yaml
 
 from ..core.atomic import write_json, write_text, write_with
 from ..core.cluster import ClusterSpec
 from ..core.placement import Placement
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def stats(values: np.ndarray) -> dict[str, float | None]:
@@ -43,12 +41,18 @@ WRITE_CHUNK_ROWS = 1 << 18
 
 
 def _arrow_chunks(df: pd.DataFrame):
+    import pyarrow as pa
+
     for start in range(0, max(len(df), 1), WRITE_CHUNK_ROWS):
         yield pa.Table.from_pandas(df.iloc[start : start + WRITE_CHUNK_ROWS], preserve_index=False)
 
 
 def write_table(df: pd.DataFrame, stem: Path) -> None:
     """`stem`.parquet and `stem`.csv, each atomically, converted and written in chunks of rows."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
     schema = pa.Schema.from_pandas(df, preserve_index=False)
 
     def parquet(path: Path) -> None:
@@ -73,6 +77,8 @@ def write_run_dir(
     summary: dict[str, Any],
     tables: dict[str, pd.DataFrame] | None = None,
 ) -> Path:
+    import yaml
+
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "config.resolved.yaml", yaml.safe_dump(config, sort_keys=False))
     write_table(jobs, out / "jobs")

@@ -16,8 +16,8 @@ drawn from the run records, and optional plots. Everything else comes from here,
   table of its own;
 * one renderer for ``summary.md`` and the experiment's resolved config in ``config.yaml``.
 
-An experiment is registered with ``@EXPERIMENTS.register("<name>")``; the module must be imported by
-``experiments/catalog.py`` (the one list of protocol experiments).
+An experiment is registered with ``@EXPERIMENTS.register("<name>")``; its name and module are listed in
+``experiments/catalog.py`` (the one list of protocol experiments), which imports the module when it is asked for.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import pandas as pd
 from pydantic import BaseModel
 
+from ..core.errors import UnknownNameError
 from ..core.registry import Registry
 from .config import SimulationConfig
 
@@ -405,13 +406,17 @@ def _plain(value: Any) -> str:
 
 
 def experiment_names() -> list[str]:
-    """The registered protocol experiments (their modules imported once, by the catalog)."""
-    from . import catalog  # noqa: F401 (registers them)
+    """The protocol experiments (from the catalog: no experiment's module is imported)."""
+    from .catalog import experiment_names as names
 
-    return EXPERIMENTS.names()
+    return names()
 
 
 def experiment(name: str) -> Experiment:
-    from . import catalog  # noqa: F401
+    """The experiment `name`, its module imported (and so registered) first."""
+    from . import catalog
 
+    if name not in catalog.EXPERIMENT_MODULES:
+        raise UnknownNameError("experiment", name, catalog.experiment_names())
+    catalog.load(name)
     return EXPERIMENTS.create(name)

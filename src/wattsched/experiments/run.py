@@ -6,10 +6,9 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .. import __version__
 from ..core.cluster import MILLI, ClusterSpec
@@ -27,7 +26,11 @@ from .config import SimulationConfig
 from .energy_setup import build_energy
 from .jobmodel import input_files
 from .outputs import placement_strings, stats, write_run_dir
-from .parallel import ProgressFn
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .parallel import ProgressFn
 
 
 @dataclass
@@ -299,6 +302,8 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
             **outcome.log.job_stats(len(jobs), sim.now),
         }
     )
+    import pandas as pd  # after the run: the simulation starts without it
+
     jobs_df = pd.DataFrame(cols, copy=False)  # 10^6 jobs: no second copy of every column
     done = outcome.status == STATUS_DONE
     span = recorder.last_time - recorder.first_time
@@ -341,6 +346,8 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
 
 
 def _run_packing(cfg, inputs: Inputs, placement, rng_order, rng_policy, progress):
+    import pandas as pd
+
     from ..policies.fgd import FragModel, typical_pods
     from .fgd_pwr import FragPowerObserver, packing_ratios
 

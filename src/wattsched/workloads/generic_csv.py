@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..core.cluster import MILLI
 from ..core.errors import InputError
@@ -25,6 +25,9 @@ from .validate import (
     one_line,
     parse_job_class,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GENERIC_REQUIRED = ("job_id", "submit_time", "duration", "num_gpu")
 GENERIC_OPTIONAL = (
@@ -55,6 +58,8 @@ def read_generic_csv(
 ) -> LoadedWorkload:
     """The wattsched job CSV schema (``docs/data-formats.md``). ``columns`` maps wattsched's field names to the
     file's own column names (``{"submit_time": "submission_time"}``), so another trace loads as it is."""
+    import pandas as pd
+
     path = Path(path)
     df, lines = read_table(path)
     notes = ["generic wattsched job CSV"]

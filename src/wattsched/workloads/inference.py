@@ -17,15 +17,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..core.errors import InputError, WattschedError
 from ..core.jobs import INFERENCE, JobTable
 from ..perf.queueing import SLO_KINDS, gpus_needed_per_rate
 from .reading import read_table, require_columns
 from .validate import RowValidator
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORWARD_SHARE_OF_TRAINING_STEP = 1.0 / 3.0  # reconstructed (module docstring)
 
@@ -110,6 +113,8 @@ def service_rate_rps(samples_per_s_per_gpu: float) -> float:
 def service_rate_table(tables: dict) -> pd.DataFrame:
     """Per model of a performance model's tables (``{name: ScalingTable}``): training samples/s per GPU on one GPU
     at the table's first batch size, and the derived serving rate (models without a batch size are left out)."""
+    import pandas as pd
+
     rows = []
     for name, table in sorted(tables.items()):
         batch = float(table.batch_sizes[0])

@@ -11,9 +11,9 @@ import csv
 import io
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..core.errors import InputError
 from ..core.jobs import JobTable
@@ -23,6 +23,9 @@ from .validate import (
     is_missing,
     one_line,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _WHITESPACE = " \t\r\n\v\f"  # what bytes.strip() removes; a line of only these is blank
 _SPACE = np.frombuffer(_WHITESPACE.encode(), dtype=np.uint8)
@@ -46,6 +49,8 @@ def read_table(
     fields as the header (or ``names``); blank rows are dropped. ``data`` is the file's content when the caller
     has already read it with :func:`read_text_bytes`.
     """
+    import pandas as pd
+
     path = Path(path)
     if data is None:
         data = read_text_bytes(path)
@@ -225,6 +230,8 @@ def require_columns(df: pd.DataFrame, path: str | Path, columns, hint: str = "")
 
 
 def _text(col) -> np.ndarray:
+    import pandas as pd
+
     return pd.Series(col, copy=False).astype(str).str.strip().to_numpy(dtype=object)
 
 
@@ -238,6 +245,8 @@ def _rebase(submit: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _iso_utc(epoch_s: float) -> str | None:
+    import pandas as pd
+
     if not np.isfinite(epoch_s):
         return None
     return pd.Timestamp(epoch_s, unit="s", tz="UTC").isoformat()
@@ -284,4 +293,6 @@ def _finish(
 
 def _ids(prefix: str, lines: np.ndarray, first_data_line: int) -> np.ndarray:
     """Stable ids from the data-row number (independent of skipped rows)."""
+    import pandas as pd
+
     return (prefix + pd.Series(lines - first_data_line, copy=False).astype(str)).to_numpy(dtype=object)

@@ -17,7 +17,6 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..core.cluster import MILLI
 from ..core.errors import InputError
@@ -255,6 +254,8 @@ def read_gavel(
     (``'ResNet-50 (batch size 64)'`` -> ``'resnet50'``), so the performance model finds Gavel's table for the
     job's family and batch size.
     """
+    import pandas as pd
+
     path = Path(path)
     data = read_text_bytes(path, "a Gavel .trace file")
     fields = _gavel_layout(path, data)

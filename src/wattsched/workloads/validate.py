@@ -10,14 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.errors import InputError
 from ..core.gpus import GPU_CATALOG
 from ..core.jobs import INFERENCE, JOB_CLASSES, TRAINING, JobTable
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_EXAMPLES = 5
 INT64_LIMIT = 2.0**63  # integer columns are stored as int64
@@ -59,6 +62,8 @@ class _Rule:
 
 def is_missing(raw) -> np.ndarray:
     """Empty cells: NaN/None or blank text."""
+    import pandas as pd
+
     s = pd.Series(raw, copy=False)
     if s.dtype.kind in "fiub":
         return s.isna().to_numpy()
@@ -93,6 +98,8 @@ class RowValidator:
         self, raw, field: str, *, required: bool = True, integer: bool = False, default: float = np.nan
     ):
         """Parse a column as float64; flag unparseable text, missing values (if required), non-integers."""
+        import pandas as pd
+
         raw_s = pd.Series(raw, copy=False)
         parsed = pd.to_numeric(raw_s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         missing = is_missing(raw_s)
@@ -109,6 +116,8 @@ class RowValidator:
 
     def timestamp(self, raw, field: str, *, fmt: str = "ISO8601", required: bool = True) -> np.ndarray:
         """Parse timestamps to float seconds since the Unix epoch (UTC). Naive times are taken as UTC."""
+        import pandas as pd
+
         raw_s = pd.Series(raw, copy=False).astype(object)
         missing = is_missing(raw_s)
         text = raw_s.where(~missing, None)
@@ -148,6 +157,8 @@ def _epoch_seconds(ts: pd.Series) -> np.ndarray:
 
     Instants outside the nanosecond range (years 1677..2262; e.g. ``-1`` read as year -1) become NaN.
     """
+    import pandas as pd
+
     epoch = pd.Timestamp(0, tz="UTC")
     try:
         delta = ts - epoch
@@ -211,6 +222,8 @@ def check_non_negative(v: RowValidator, values: np.ndarray, field: str) -> None:
 
 def normalise_gpu_spec(v: RowValidator, raw, field: str) -> np.ndarray:
     """Strip an OR-list of GPU models (``A|B``) and flag models missing from the GPU catalog."""
+    import pandas as pd
+
     s = pd.Series(raw, copy=False).astype(object)
     s = s.where(~pd.Series(is_missing(s)), "").astype(str).str.strip()
     uniq, inv = np.unique(s.to_numpy(dtype=object).astype(str), return_inverse=True)
@@ -233,6 +246,8 @@ def normalise_gpu_spec(v: RowValidator, raw, field: str) -> np.ndarray:
 
 def parse_job_class(v: RowValidator, raw, field: str) -> np.ndarray:
     """``training`` (default when empty) or ``inference``, case-insensitive."""
+    import pandas as pd
+
     s = pd.Series(raw, copy=False).astype(object)
     text = s.where(~pd.Series(is_missing(s)), "").astype(str).str.strip().str.lower().to_numpy(dtype=object)
     ok = (text == "") | np.isin(text, JOB_CLASSES)

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
-import pandas as pd
 
 from ...core.errors import UnknownNameError, WattschedError
 from .catalog import ALIGN_RULES, EUR_TO_USD, HOUR_S, WRAP_MODES
 from .clean import GridSignal
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # --- alignment ------------------------------------------------------------------------------------
 
@@ -107,6 +109,8 @@ class AlignedSignal:
         return g
 
     def grid_time_utc(self, tau: Any) -> pd.DatetimeIndex:
+        import pandas as pd
+
         g = np.atleast_1d(self.grid_seconds(tau))
         return pd.DatetimeIndex(pd.Timestamp(self.signal.start_utc) + pd.to_timedelta(g, unit="s"))
 

@@ -11,11 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
 
 import numpy as np
-import pandas as pd
 
 from ...core.errors import InputError, UnknownNameError, WattschedError
 from ...data import registry
@@ -43,6 +42,9 @@ from .catalog import (
     price_catalog,
     price_relpath,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # --- reading --------------------------------------------------------------------------------------
 
@@ -107,6 +109,8 @@ def _read_columns(path: Path, time_col: str, value_cols: Sequence[str]) -> tuple
 
 
 def _parse_rows(path: Path, time_col: str, value_col: str, lines: list, times: list, values: list):
+    import pandas as pd
+
     line_arr = np.asarray(lines, dtype=np.int64)
     ts = pd.to_datetime(pd.Series(times, dtype=object), format=TIME_FORMAT, errors="coerce")
     bad = np.flatnonzero(ts.isna().to_numpy())
@@ -122,6 +126,8 @@ def _hourly_values(
     path: Path, line_arr, ts: pd.Series, times: list, values: list, time_col: str, value_col: str
 ):
     """The values as floats, after checking every timestamp is on the hour and every value finite."""
+    import pandas as pd
+
     off_hour = np.flatnonzero(((ts.dt.minute != 0) | (ts.dt.second != 0)).to_numpy())
     if off_hour.size:
         i = int(off_hour[0])
@@ -152,6 +158,8 @@ def read_series(path: str | Path, *, kind: str, tz: str, local_time: bool = Fals
     spring-forward times are dropped; an ambiguous fall-back time maps, in file order, to the summer-time hour
     first and the standard-time hour second (a third or later copy counts as a duplicate of the second).
     """
+    import pandas as pd
+
     path = Path(path)
     if kind == "price":
         time_col, value_cols = PRICE_TIME_COLUMN, list(PRICE_COLUMNS)
@@ -369,6 +377,8 @@ class GridSignal:
         return self.start_utc + timedelta(hours=self.hours)
 
     def times_utc(self) -> pd.DatetimeIndex:
+        import pandas as pd
+
         return pd.date_range(self.start_utc, periods=self.hours, freq="h")
 
     def to_usd(self, rate: float = EUR_TO_USD) -> GridSignal:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import numpy as np
-import pandas as pd
 
 from ...core.errors import InputError, UnknownNameError, WattschedError
 from .catalog import (
@@ -37,6 +37,9 @@ from .clean import (
     read_series,
     year_window,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # --- a user's own market: hourly CSV -------------------------------------------------------------------
 CSV_TIME_COLUMN = "time"
@@ -158,6 +161,8 @@ def load_csv_signal(
     ``time, carbon_g_per_kwh`` (``time`` ISO 8601 with a zone, UTC when it has none), GreenDCC standardized and
     processed price files, and Electricity Maps hourly files (`carbon` picks the direct or LCA column). Prices
     in EUR are converted to USD at ``EUR_TO_USD``."""
+    import pandas as pd
+
     if kind not in CSV_VALUE_COLUMNS:
         raise UnknownNameError("signal kind", kind, tuple(CSV_VALUE_COLUMNS))
     if carbon not in CARBON_COLUMNS:
