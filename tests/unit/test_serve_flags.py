@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+import click
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -72,8 +73,8 @@ _DEFAULT = re.compile(r"\s*\[default: ([^\]]*)\]$")
 
 def _command(*path: str) -> Any:
     command: Any = typer.main.get_command(app)
-    for name in path:
-        command = command.commands[name]
+    for name in path:  # get_command: `serve` is built when first used (cli/lazy.py)
+        command = command.get_command(click.Context(command), name)
     return command
 
 

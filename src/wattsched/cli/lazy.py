@@ -13,15 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 Loader = Callable[[], Callable[..., Any]]
 
 
 def add_lazy_command(app: typer.Typer, name: str, load: Loader, help: str | None = None) -> None:
     """Register `name` on `app` (whose group class is :class:`LazyGroup`) as a stand-in for the command whose
-    typer callback `load()` returns. `help` is the real command's help text, which the group's own help lists
-    (None: listing the group loads the real command to show its help)."""
+    typer callback `load()` returns, or for the click command or group it returns. `help` is the real command's
+    help text, which the group's own help lists (None: listing the group loads the real command to show its
+    help)."""
 
     def stand_in() -> None:  # pragma: no cover - the group replaces it before it could run
         raise RuntimeError(f"{name}: the stand-in of a lazily built command was run")
@@ -50,7 +51,14 @@ class LazyGroup(TyperGroup):
         if command is None or load is None or (self._listing and command.help is not None):
             return command
         pretty_short = getattr(callback, "pretty_exceptions_short", True)
-        real = _build_command(cmd_name, load(), self.rich_markup_mode, pretty_short)
+        loaded = load()
+        if isinstance(
+            loaded, TyperGroup | TyperCommand
+        ):  # a whole group of commands (e.g. `serve`), built as it is
+            loaded.name, real = cmd_name, loaded
+            real.rich_help_panel = getattr(command, "rich_help_panel", None)  # listed where the stand-in was
+        else:
+            real = _build_command(cmd_name, loaded, self.rich_markup_mode, pretty_short)
         self.commands[cmd_name] = real
         return real
 

@@ -21,7 +21,6 @@ from .lazy import LazyGroup, add_lazy_command
 from .perf import perf_app
 from .profile import profile_command
 from .report import report_command
-from .serve import serve_app
 from .signals import signals_app
 
 # The commands are built when they run (cli/lazy.py): `wattsched --help` and the light commands import neither
@@ -40,7 +39,19 @@ app.add_typer(
 )
 app.add_typer(perf_app, name="perf", help="Inspect the job performance model (e.g. GPU co-location).")
 app.add_typer(experiment_app, name="experiment", help="Reproduction experiments (policy x seed grids).")
-app.add_typer(serve_app, name="serve", help="Run the scheduler live on a cluster manager (Slurm).")
+
+
+def _serve_group() -> Any:
+    # The live services' run settings are generated from the run config: built only when `serve` is used.
+    from .serve import serve_app
+
+    return typer.main.get_group(serve_app)
+
+
+# The same text as serve.py's SERVE_HELP (test_startup checks the two agree; importing it would load serve.py).
+add_lazy_command(
+    app, "serve", _serve_group, "Run the scheduler live on a cluster manager (Slurm, Kubernetes)."
+)
 
 
 def print_summary(summary: dict[str, Any], out: Path | None) -> None:

@@ -22,7 +22,8 @@ from ..experiments.config import SimulationConfig, resolve_config
 from .common import console, require_extra, user_errors
 from .options import Setting, is_set, with_setting_options
 
-serve_app = typer.Typer(help="Run the scheduler live on a cluster manager.", no_args_is_help=True)
+SERVE_HELP = "Run the scheduler live on a cluster manager (Slurm, Kubernetes)."  # also listed by cli/main.py
+serve_app = typer.Typer(help=SERVE_HELP, no_args_is_help=True)
 
 
 def _live_signals(run: SimulationConfig):
