@@ -22,6 +22,7 @@ Anything else runs the Python loop.
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
 from array import array
 from itertools import pairwise
@@ -45,6 +46,7 @@ from ..core.states import (
 )
 from ..policies.contract import ARRIVED, LEFT, RELEASED, TAKEN, PowerManager
 from . import kernels
+from .alloc_log import PlacementColumns
 from .observers import Observer
 from .recorder import TimeSeriesRecorder
 from .temporal import STALL_LIMIT_S
@@ -371,19 +373,14 @@ class CompiledReplay:
         counts[RELEASED] += len(done)
         if r.decisions:
             sim.changes.decided()
-        flat = array("d")
-        flat.frombytes(log[: r.n_log * 8].tobytes())
-        sim.log._flat.extend(flat)
-        sim.log.shares.extend(array("q", [MILLI]) * int(r.n_allocs))
+        sim.log._flat.extend(array("d", log[: r.n_log * 8].tobytes()))
         if sim.power is not None:
             sim.power.watch._last_queue = int(r.n_pending)
         rec = self.recorder
         if rec is not None:
             rec.allocated_gpu_seconds = r.gpu_seconds
             rec.last_time = r.last_time
-            rows = array("d")
-            rows.frombytes(series[: r.n_series * 5].tobytes())
-            rec.series._flat.extend(rows)
+            rec.series._flat.extend(array("d", series[: r.n_series * 5].tobytes()))
 
     def _write_placements(
         self,
@@ -397,31 +394,47 @@ class CompiledReplay:
     ) -> None:
         """The allocation log's placements, one per start, as the placement policy returns them."""
         shares, allocs = int(r.n_shares), int(r.n_allocs)
-        gpus = share_gpus[: r.n_gpus].tolist()
-        bounds = share_gpu_start[: shares + 1].tolist()
-        interned: dict[tuple[int, ...], tuple[int, ...]] = {}
-        gpu_tuples = []
-        for a, b in pairwise(bounds):
-            key = tuple(gpus[a:b])
-            gpu_tuples.append(interned.setdefault(key, key))
-        new = tuple.__new__
-        node_shares = [
-            new(NodeShare, row)
-            for row in zip(
-                share_node[:shares].tolist(),
-                gpu_tuples,
-                share_cpu[:shares].tolist(),
-                share_mem[:shares].tolist(),
-                strict=True,
-            )
-        ]
-        placements: list[Placement]
-        if shares == allocs:
-            placements = [(s,) for s in node_shares]
-        else:
-            starts = alloc_share_start[: allocs + 1].tolist()
-            placements = [tuple(node_shares[a:b]) for a, b in pairwise(starts)]
-        self.sim.log.placements.extend(placements)
+        columns = PlacementColumns(
+            alloc_share_start[: allocs + 1].copy(),
+            share_node[:shares].copy(),
+            share_cpu[:shares].copy(),
+            share_gpu_start[: shares + 1].copy(),
+            share_gpus[: r.n_gpus].copy(),
+        )
+        # ~10^5 tuples at once: the cyclic garbage collector would scan the whole heap several times meanwhile,
+        # and tuples of ints never form cycles.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            placements = _placements(columns, share_mem[:shares], self.sim.state.gpu_left.shape[1])
+        finally:
+            if collecting:
+                gc.enable()
+        self.sim.log.add_compiled(placements, columns)
+
+
+def _placements(cols: PlacementColumns, share_mem: np.ndarray, width: int) -> list[Placement]:
+    """NodeShare tuples from placement columns; equal GPU sets share one tuple."""
+    if width <= 62:
+        # A share's GPU set as a bit mask (distinct slots: their sum is their union; int64 wraparound cancels).
+        cumulative = np.concatenate([[0], np.cumsum(np.left_shift(1, cols.gpu_slot))])
+        masks = cumulative[cols.gpu_start[1:]] - cumulative[cols.gpu_start[:-1]]
+        distinct, which = np.unique(masks, return_inverse=True)
+        sets = [tuple(g for g in range(width) if (m >> g) & 1) for m in distinct.tolist()]
+        gpu_sets = [sets[i] for i in which.tolist()]
+    else:
+        slots = cols.gpu_slot.tolist()
+        gpu_sets = [tuple(slots[a:b]) for a, b in pairwise(cols.gpu_start.tolist())]
+    new = tuple.__new__
+    node_shares = [
+        new(NodeShare, row)
+        for row in zip(
+            cols.share_node.tolist(), gpu_sets, cols.share_cpu.tolist(), share_mem.tolist(), strict=True
+        )
+    ]
+    if len(node_shares) == len(cols.share_start) - 1:
+        return [(s,) for s in node_shares]
+    return [tuple(node_shares[a:b]) for a, b in pairwise(cols.share_start.tolist())]
 
 
 def compiled_replay(sim: Simulator) -> CompiledReplay | None:
