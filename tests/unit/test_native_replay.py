@@ -231,3 +231,40 @@ def test_runs_the_compiled_loop_does_not_mirror_stay_in_python(monkeypatch):
     assert QueuePlacementScheduler(Fifo(), MyBestFit()).native_plan() is None
     monkeypatch.setenv("WATTSCHED_NATIVE", "0")
     assert _prepared(whole, check_invariants=False) is None
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [{"submit": 5.0, "gpus": 1}],
+        [{"submit": 0.0, "gpus": 64}, {"submit": 1.0, "gpus": 1, "cpu": 10**9}],  # none can ever fit
+        [{"submit": 0.0, "gpus": 0, "cpu": 1000}, {"submit": 0.0, "gpus": 0}],  # CPU-only jobs
+        [{"submit": 0.0, "gpus": 12, "cpu": 30_000, "mem": 10}, {"submit": 0.0, "gpus": 16}],  # gangs
+    ],
+)
+def test_small_workloads(rows, monkeypatch):
+    jobs = make_jobs(rows)
+    py, rec_py, _ = simulate(jobs, "fifo", "best-fit", False, monkeypatch)
+    c, rec_c, used = simulate(jobs, "fifo", "best-fit", True, monkeypatch)
+    assert used
+    assert_same_state(py, c, rec_py, rec_c)
+
+
+def test_kernel_cache_is_reused_and_an_unusable_one_falls_back(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("WATTSCHED_KERNEL_CACHE", str(cache))
+    monkeypatch.setattr(kernels, "_loaded", {})
+    assert kernels.load("replay_kernel") is not None
+    built = sorted(cache.iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so"
+    monkeypatch.setattr(kernels, "_loaded", {})
+    assert kernels.load("replay_kernel") is not None
+    assert sorted(cache.iterdir()) == built  # loaded from the cache, not built again
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("WATTSCHED_KERNEL_CACHE", str(blocked / "under-a-file"))
+    monkeypatch.setattr(kernels, "_loaded", {})
+    assert kernels.load("replay_kernel") is None  # the engine then runs its Python loop
+    monkeypatch.setenv("WATTSCHED_NATIVE", "0")
+    monkeypatch.setattr(kernels, "_loaded", {})
+    assert kernels.load("replay_kernel") is None

@@ -1,11 +1,12 @@
 """Compiled kernels of the engine: C sources shipped with the package, built once with the system C compiler.
 
-Why C through the system compiler and not numba: numba costs every process about 0.6 s before its first kernel
-runs (0.27 s to import, 0.35-0.5 s to set up its compiler on the first call, even from its on-disk cache) and
-adds about 210 MB to an install (llvmlite alone 173 MB). The Philly replay's whole loop takes 0.03 s in C, so
-that start-up would be most of the run. A small C file needs no new dependency; loaded with ctypes it costs about
-a millisecond. The first use on a machine compiles it (well under a second) into a user cache directory, with a
-log line "compiling kernels, once"; later processes load the cached library.
+Why C through the system compiler and not numba (measured on the 2-core development machine): numba costs every
+process about 0.6 s before its first kernel runs (0.27 s to import it, 0.35-0.5 s to set up its compiler on the
+first call, even from its on-disk cache, scipy.linalg included) and adds about 210 MB to an install (llvmlite alone
+173 MB), while the whole compiled loop of the Philly replay (82k jobs) takes about 0.05 s and the process's total
+target is about 2 s. A C file needs no new dependency, and loading the built library with ctypes takes under a
+millisecond. The first use on a machine compiles it (0.3-1 s, with the log line "compiling kernels, once") into a
+user cache directory; every later process loads it from there.
 
 Where no C compiler is found, or ``WATTSCHED_NATIVE=0`` is set, :func:`load` returns None and the engine runs its
 Python code, which gives the same results (the tests compare both).
