@@ -477,7 +477,9 @@ def compiled_replay(sim: Simulator) -> CompiledReplay | None:
     runs = ~book.never_fits
     milli = jobs.gpu_milli[runs]
     whole = np.where(jobs.num_gpu[runs] > 0, milli == MILLI, (milli == 0) | (milli == MILLI))
-    if not whole.all() or np.isnan(sim._priority).any() or np.isnan(jobs.submit_s).any():
+    if not whole.all() or np.isnan(sim._priority).any() or not np.isfinite(jobs.submit_s).all():
+        return None
+    if not np.isfinite(sim.remaining[runs]).all():
         return None
     if not _in_place_ok(
         state.gpu_left,
