@@ -166,9 +166,8 @@ class ClusterState:
     def copy(self) -> ClusterState:
         """An independent copy (for a policy to plan on)."""
         other = ClusterState.__new__(ClusterState)
-        other.__dict__.update(
-            {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
-        )
+        ndarray = np.ndarray
+        other.__dict__.update({k: v.copy() if type(v) is ndarray else v for k, v in self.__dict__.items()})
         return other
 
     def _refresh_all(self) -> None:
@@ -178,46 +177,56 @@ class ClusterState:
         self.max_gpu_left = g.max(axis=1).astype(np.int64)
 
     def _refresh_node(self, node: int) -> None:
+        self._refresh_from(node, self.gpu_left[node].tolist())
+
+    def _refresh_from(self, node: int, vals: list[int]) -> None:
         # Rows are short (<= 8-16 GPUs): plain Python on a list beats several numpy reductions here.
-        vals = self.gpu_left[node].tolist()
         self.free_gpus[node] = vals.count(MILLI)
-        self.gpu_left_total[node] = sum(v for v in vals if v > 0)
+        self.gpu_left_total[node] = sum([v for v in vals if v > 0])
         self.max_gpu_left[node] = max(vals)
 
     def allocate(self, node: int, gpus: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
         """Take `milli` on each GPU in `gpus` plus CPU and memory on `node`. Raises on over-allocation."""
         if self.cpu_left[node] < cpu or self.mem_left[node] < mem:
             raise RuntimeError(f"over-allocation of CPU/memory on node {node}")
-        row = self.gpu_left[node]
-        for g in gpus:
-            if row[g] < milli:
-                raise RuntimeError(f"over-allocation of GPU {g} on node {node}")
-        for g in gpus:
-            row[g] -= milli
+        if gpus:
+            row = self.gpu_left[node]
+            vals = row.tolist()
+            for g in gpus:
+                if vals[g] < milli:
+                    raise RuntimeError(f"over-allocation of GPU {g} on node {node}")
+            for g in gpus:
+                vals[g] -= milli
+                row[g] = vals[g]
         self.cpu_left[node] -= cpu
         self.mem_left[node] -= mem
-        if self.jobs_on_node[node] == 0:
+        jobs_on_node = self.jobs_on_node
+        if jobs_on_node[node] == 0:
             self.nodes_busy += 1
-        self.jobs_on_node[node] += 1
+        jobs_on_node[node] += 1
         self.allocated_milli += milli * len(gpus)
         if gpus:
             self.gpu_pod_kinds[node, pod_kind(len(gpus), milli)] += 1
-            self._refresh_node(node)
+            self._refresh_from(node, vals)
 
     def release(self, node: int, gpus: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
-        row = self.gpu_left[node]
-        for g in gpus:
-            row[g] += milli
+        if gpus:
+            row = self.gpu_left[node]
+            vals = row.tolist()
+            for g in gpus:
+                vals[g] += milli
+                row[g] = vals[g]
         self.cpu_left[node] += cpu
         self.mem_left[node] += mem
-        self.jobs_on_node[node] -= 1
-        if self.jobs_on_node[node] == 0:
+        jobs_on_node = self.jobs_on_node
+        jobs_on_node[node] -= 1
+        if jobs_on_node[node] == 0:
             self.nodes_busy -= 1
         self.allocated_milli -= milli * len(gpus)
         self.release_epoch += 1
         if gpus:
             self.gpu_pod_kinds[node, pod_kind(len(gpus), milli)] -= 1
-            self._refresh_node(node)
+            self._refresh_from(node, vals)
 
     def set_available(self, nodes: np.ndarray, value: bool) -> None:
         """Mark nodes as able (or not) to receive work, e.g. when they power on or off."""

@@ -6,15 +6,19 @@ entry holds until the job's next entry. Everything after the run (energy ledger,
 derived from this log, so a job may hold any number of placements over its life.
 
 Entries are stored as rows of one flat float64 array (one C call per entry); integer fields are exact in float64.
+The placements are kept both as the tuples policies return and, for the sums after the run, as columns
+(:class:`PlacementColumns`), built from the tuples once or given by the compiled loop.
 """
 
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..core.cluster import MILLI
 from ..core.placement import Placement
 from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import PHASE_NAMES
@@ -29,6 +33,28 @@ def num_gpus(placement: Placement) -> int:
     return sum(len(g) for _, g, _, _ in placement)
 
 
+def ragged_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The ranges ``[starts[i], starts[i] + counts[i])`` one after another, as one index array."""
+    offsets = np.cumsum(counts) - counts
+    return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class PlacementColumns:
+    """Every allocation's placement as arrays: allocation a holds shares ``share_start[a]:share_start[a + 1]``
+    (node, milli-CPU), share s the GPU slots ``gpu_slot[gpu_start[s]:gpu_start[s + 1]]``."""
+
+    share_start: np.ndarray  # int64 [A + 1]
+    share_node: np.ndarray  # int64 [S]
+    share_cpu: np.ndarray  # int64 [S]
+    gpu_start: np.ndarray  # int64 [S + 1]
+    gpu_slot: np.ndarray  # int64 [G]
+
+    def gpus_per_alloc(self) -> np.ndarray:
+        per_alloc: np.ndarray = self.gpu_start[self.share_start[1:]] - self.gpu_start[self.share_start[:-1]]
+        return per_alloc
+
+
 class AllocationLog:
     def __init__(self) -> None:
         self._flat = array("d")
@@ -38,6 +64,12 @@ class AllocationLog:
         self.shares = array("q")
         self.settings: list[GpuSetting] = [DEFAULT_SETTING]  # referenced by the `setting` field
         self._setting_ids: dict[GpuSetting, int] = {DEFAULT_SETTING: 0}
+        # The placements as columns, for allocations [0, len(self._share_start) - 1); extended on demand.
+        self._share_start = array("q", [0])
+        self._share_node = array("q")
+        self._share_cpu = array("q")
+        self._gpu_start = array("q", [0])
+        self._gpu_slot = array("q")
 
     def __len__(self) -> int:
         return len(self._flat) // _WIDTH
@@ -46,6 +78,46 @@ class AllocationLog:
         self.placements.append(placement)
         self.shares.append(share_milli)
         return len(self.placements) - 1
+
+    def placement_columns(self) -> PlacementColumns:
+        """Every allocation's placement as arrays (the tuples added since the last call are turned into columns
+        here, once)."""
+        done = len(self._share_start) - 1
+        if done < len(self.placements):
+            share_start, share_node, share_cpu = self._share_start, self._share_node, self._share_cpu
+            gpu_start, gpu_slot = self._gpu_start, self._gpu_slot
+            for placement in self.placements[done:]:
+                for node, gpus, cpu, _ in placement:
+                    share_node.append(node)
+                    share_cpu.append(cpu)
+                    gpu_slot.extend(gpus)
+                    gpu_start.append(len(gpu_slot))
+                share_start.append(len(share_node))
+        return PlacementColumns(
+            *(
+                np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+                for a in (
+                    self._share_start,
+                    self._share_node,
+                    self._share_cpu,
+                    self._gpu_start,
+                    self._gpu_slot,
+                )
+            )
+        )
+
+    def add_compiled(self, placements: list[Placement], columns: PlacementColumns) -> None:
+        """Allocations made by the compiled loop: their tuples and the same placements as columns (offsets from 0
+        for these allocations alone)."""
+        self.placement_columns()  # bring the columns up to date first
+        shares, gpus = len(self._share_node), len(self._gpu_slot)
+        self.placements.extend(placements)
+        self.shares.extend(array("q", [MILLI]) * len(placements))
+        self._share_start.extend(array("q", (columns.share_start[1:] + shares).tobytes()))
+        self._share_node.extend(array("q", columns.share_node.tobytes()))
+        self._share_cpu.extend(array("q", columns.share_cpu.tobytes()))
+        self._gpu_start.extend(array("q", (columns.gpu_start[1:] + gpus).tobytes()))
+        self._gpu_slot.extend(array("q", columns.gpu_slot.tobytes()))
 
     def setting_id(self, setting: GpuSetting) -> int:
         sid = self._setting_ids.get(setting)
@@ -112,8 +184,7 @@ class AllocationLog:
         rows = self.intervals(t_end, fields=("time_s", "job", "alloc", "setting"))
         dt = rows["end_s"] - rows["time_s"]
         job = rows["job"]
-        gpus_of_alloc = np.array([num_gpus(p) for p in self.placements] or [0], dtype=np.int64)
-        gpus = gpus_of_alloc[rows["alloc"]]
+        gpus = self.placement_columns().gpus_per_alloc()[rows["alloc"]]
         clock, limit = self.setting_fractions()
         held = np.bincount(job, weights=dt, minlength=num_jobs)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -156,7 +227,8 @@ class AllocationLog:
         alloc = cols["alloc"]
         held = alloc >= 0
         safe = np.where(held, alloc, 0)
-        gpus = np.array([num_gpus(p) for p in self.placements] or [0], dtype=np.int64)
+        gpus = self.placement_columns().gpus_per_alloc()
+        gpus = gpus if len(gpus) else np.zeros(1, dtype=np.int64)
         shares = np.frombuffer(self.shares, dtype=np.int64) if len(self.shares) else np.zeros(1, np.int64)
         clock, limit = self.setting_fractions()
         return pd.DataFrame(

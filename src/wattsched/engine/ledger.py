@@ -30,13 +30,13 @@ the node power states the power manager leaves, for comparisons over a common wi
 
 from __future__ import annotations
 
-from array import array
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
+from .alloc_log import ragged_ranges
 from .observers import Observer
 from .power import NodePower, Transition
 from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
@@ -168,19 +168,19 @@ class EnergyLedger(Observer):
         (node rows [interval, node, cpu], GPU rows [interval, flat GPU], start, end, load, computing, GPU width)."""
         width = max(sim.spec.max_gpus_per_node, 1)
         rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load", "phase"))
-        placements = sim.log.placements
-        # Typed arrays, not lists of tuples: 10^6 jobs would otherwise cost hundreds of MB of Python objects.
-        node_iv, node_id, node_cpu, gpu_iv, gpu_id = (array("q") for _ in range(5))
-        for k, a in enumerate(rows["alloc"].tolist()):
-            for node, gpus, cpu, _ in placements[a]:
-                node_iv.append(k)
-                node_id.append(node)
-                node_cpu.append(cpu)
-                for g in gpus:
-                    gpu_iv.append(k)
-                    gpu_id.append(node * width + g)
-        nodes = np.stack([np.frombuffer(a, dtype=np.int64) for a in (node_iv, node_id, node_cpu)], axis=1)
-        gpus = np.stack([np.frombuffer(a, dtype=np.int64) for a in (gpu_iv, gpu_id)], axis=1)
+        cols = sim.log.placement_columns()
+        # Rows in the order of interval, then share, then GPU: each interval's shares, each share's GPUs.
+        alloc = rows["alloc"]
+        per_interval = cols.share_start[alloc + 1] - cols.share_start[alloc]
+        share = ragged_ranges(cols.share_start[alloc], per_interval)
+        node_iv = np.repeat(np.arange(len(alloc), dtype=np.int64), per_interval)
+        node_id = cols.share_node[share]
+        per_share = cols.gpu_start[share + 1] - cols.gpu_start[share]
+        gpu_slot = cols.gpu_slot[ragged_ranges(cols.gpu_start[share], per_share)]
+        nodes = np.stack([node_iv, node_id, cols.share_cpu[share]], axis=1)
+        gpus = np.stack(
+            [np.repeat(node_iv, per_share), np.repeat(node_id, per_share) * width + gpu_slot], axis=1
+        )
         computing = rows["phase"] == PHASE_RUNNING
         times = rows["time_s"], rows["end_s"]
         return nodes.reshape(-1, 3), gpus.reshape(-1, 2), *times, rows["load"], computing, width

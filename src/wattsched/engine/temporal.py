@@ -284,15 +284,13 @@ class Simulator:
 
     # ----- the loop ----------------------------------------------------------------------------------------------
     def run(self) -> RunOutcome:
+        from .native_replay import compiled_replay
+
         jobs = self.jobs
         n = len(jobs)
         order = np.argsort(jobs.submit_s, kind="stable")
         times_list = jobs.submit_s[order].tolist()
         order_list = order.tolist()
-        never_fits = self.book.never_fits
-        status = self.status
-        heap = self._heap
-        progress_step = max(n // 200, 1)
         self.now = times_list[0] if n else 0.0
         self._last_start = self.now
         self._next_arrival = times_list[0] if n else math.inf
@@ -301,6 +299,42 @@ class Simulator:
         if self.power is not None:
             self.power.start(self)
         self.scheduler.on_start(self.view, self.actions)
+        # Runs whose every part the compiled loop mirrors run there, with the same results (native_replay.py).
+        replay = compiled_replay(self)
+        if replay is None or not replay.run():
+            self._run_events(times_list, order_list)
+        if self.progress is not None:
+            self.progress(n, n)
+        if self.power is not None:
+            self.power.finish(self.now)
+        for obs in self.observers:
+            obs.on_finish(self)
+        if self.power is not None:
+            tail = self._drain_power_tail()
+            for obs in self.observers:
+                on_tail = getattr(obs, "on_tail", None)
+                if on_tail is not None:
+                    on_tail(*tail)
+        return RunOutcome(
+            self.status,
+            self.start_s,
+            self.end_s,
+            self.log,
+            self.restarts,
+            self.preemptions,
+            self.restart_gpu_s,
+            self.work_lost,
+            self.lost_gpu_s,
+        )
+
+    def _run_events(self, times_list: list[float], order_list: list[int]) -> None:
+        """The event loop in Python: arrivals `times_list` (jobs `order_list`) and the heap's events, in order."""
+        jobs = self.jobs
+        n = len(jobs)
+        never_fits = self.book.never_fits
+        status = self.status
+        heap = self._heap
+        progress_step = max(n // 200, 1)
         scheduler = self.scheduler
         decide_on_arrival = scheduler.decide_on_arrival
         decide_on_release = scheduler.decide_on_release
@@ -366,29 +400,6 @@ class Simulator:
                 self.power.batch_end()
             for hook in self._on_batch_end:
                 hook(self)
-        if self.progress is not None:
-            self.progress(n, n)
-        if self.power is not None:
-            self.power.finish(self.now)
-        for obs in self.observers:
-            obs.on_finish(self)
-        if self.power is not None:
-            tail = self._drain_power_tail()
-            for obs in self.observers:
-                on_tail = getattr(obs, "on_tail", None)
-                if on_tail is not None:
-                    on_tail(*tail)
-        return RunOutcome(
-            status,
-            self.start_s,
-            self.end_s,
-            self.log,
-            self.restarts,
-            self.preemptions,
-            self.restart_gpu_s,
-            self.work_lost,
-            self.lost_gpu_s,
-        )
 
     def _drain_power_tail(self) -> tuple[list[Transition], float, bool]:
         """Play out the power manager's timers after the last completion, with no jobs, and return the node

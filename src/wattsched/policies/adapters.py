@@ -107,6 +107,30 @@ class QueuePlacementScheduler(Scheduler):
         if view.queue_length:
             run_pass(self.queue, _QueuePass(self, view, actions))
 
+    def native_plan(self) -> dict[str, Any] | None:
+        """How a simulator may run this scheduler in its compiled loop (engine/native_replay.py), or None.
+
+        Only the built-in policies the loop mirrors, by exact type (a subclass may change anything): fifo and sjf
+        stop at the first job that cannot start ("block"), edf-greedy and arrival-greedy try every waiting job
+        ("every"); best-fit and first-fit place. No GPU-setting rule."""
+        from .placement import BestFit, FirstFit
+        from .queue import ArrivalGreedy, EdfGreedy, Fifo, ShortestJobFirst
+
+        if type(self) is not QueuePlacementScheduler or self.setting_rule is not None:
+            return None
+        queue_modes = {Fifo: "block", ShortestJobFirst: "block", EdfGreedy: "every", ArrivalGreedy: "every"}
+        placements = {BestFit: "best-fit", FirstFit: "first-fit"}
+        queue = queue_modes.get(type(self.queue))
+        placement = placements.get(type(self.placement))
+        if queue is None or placement is None:
+            return None
+        return {
+            "queue": queue,
+            "placement": placement,
+            "rank": self.placement.rank,
+            "rank_weight": self.placement._rank_weight,
+        }
+
     def try_start(self, view: ClusterView, actions: Actions, job: int) -> bool:
         state = view.state
         if self._failed_epoch != state.release_epoch:

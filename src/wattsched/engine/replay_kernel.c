@@ -1,0 +1,540 @@
+/* The simulator's event loop for queue + placement runs, compiled (engine/native_replay.py says when it applies).
+
+   It follows Simulator.run (engine/temporal.py) with QueuePlacementScheduler (policies/adapters.py) step by step:
+   arrivals in order, completions from a heap ordered by (time, push sequence), a scheduling pass after every batch
+   that brought an arrival or a release, the recorder's row after every batch. Placement is the built-in policies'
+   (policies/base.py, policies/placement.py, core/capacity.py): the same filter, the same integer scores, ties to
+   the smallest seeded rank, the same GPUs. Every floating-point operation is the Python code's, in its order, so
+   the results are bit for bit the same; compile without -ffast-math or contraction (engine/kernels.py). */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MILLI 1000
+#define MAX_SPEC_CPU 128000.0
+#define MAX_SPEC_GPU 8000.0
+#define STALL_LIMIT_S (3650.0 * 86400.0)
+#define FAILED_MEMO_SIZE 32
+
+enum { QUEUE_BLOCK = 0, QUEUE_EVERY = 1 };
+enum { PLACE_FIRST_FIT = 0, PLACE_BEST_FIT = 1 };
+enum { OK = 0, ERR_STALLED = 1, ERR_MEMORY = 2, ERR_PLACEMENT = 3 };
+
+/* Field order and types are mirrored by engine/native_replay.py (_Replay); ws_replay_size() checks the size. */
+typedef struct {
+    /* sizes and modes */
+    int64_t n_jobs, n_nodes, width, n_cols; /* n_cols: GPU model codes + 1 (tables indexed by code + 1) */
+    int64_t queue_mode, placement, rank_weight, track_idle, n_recorders;
+    int64_t status_pending, status_running, status_done, status_unschedulable;
+    int64_t phase_running, phase_released;
+    /* scalars, read and updated */
+    double now, last_time, gpu_seconds, last_start;
+    int64_t released, allocated_milli, nodes_busy, release_epoch;
+    /* scalars, written */
+    int64_t n_log, n_series, n_allocs, n_shares, n_gpus, n_pending, arrivals, decisions, error;
+    /* arrivals in order */
+    const double *arrival_time;
+    const int64_t *arrival_job;
+    /* per job */
+    const uint8_t *never_fits;
+    const double *priority;
+    const int64_t *num_gpu, *gpu_milli, *cpu_milli, *mem_mib, *mask_id; /* mask_id -1: any node */
+    const uint8_t *gang;
+    const double *work, *rate_tab, *load_tab; /* tables [job, code + 1] */
+    /* cluster */
+    const uint8_t *node_masks; /* [masks, nodes] */
+    const int64_t *node_code, *rank;
+    const uint8_t *available;
+    /* cluster state, updated in place */
+    int64_t *gpu_left, *cpu_left, *mem_left, *free_gpus, *gpu_left_total, *max_gpu_left, *jobs_on_node;
+    int64_t *pod_kinds; /* [nodes, width + 1] */
+    double *idle_since;
+    /* per job, updated in place */
+    int8_t *status;
+    double *start_s, *end_s;
+    int64_t *alloc_of_job;
+    /* written */
+    double *log;    /* rows of 8: time, job, alloc, load, rate, phase, setting, lost */
+    double *series; /* rows of 5: time, allocated GPUs, running jobs, queue length, nodes in use */
+    int64_t *alloc_share_start, *share_node, *share_cpu, *share_mem, *share_gpu_start, *share_gpus;
+    int64_t *pending_out;
+} Replay;
+
+int64_t ws_replay_size(void) { return (int64_t)sizeof(Replay); }
+
+/* A gang's candidate node in lexsort((rank, -usable)) order: most usable GPUs first, ties to the smaller rank. */
+typedef struct {
+    int64_t usable, rank, pos;
+} GangKey;
+
+typedef struct {
+    Replay *r;
+    /* completions: a binary heap on (time, sequence) */
+    double *heap_t;
+    int64_t *heap_seq, *heap_job, heap_n, seq;
+    /* waiting jobs in (priority, job) order */
+    int64_t *pend, pend_n;
+    int64_t running;
+    /* the adapter's memo of requests that failed since the last release (QueuePlacementScheduler.try_start) */
+    int64_t failed[FAILED_MEMO_SIZE][6], failed_n, failed_epoch;
+    /* placement scratch */
+    int64_t *nodes, *raw, *usable;
+    GangKey *keys;
+    int64_t *tmp_node, *tmp_cpu, *tmp_mem, *tmp_ngpu, *tmp_gpus;
+} Loop;
+
+/* ----- completions heap ------------------------------------------------------------------------------------ */
+static int heap_less(const Loop *L, int64_t a, int64_t b) {
+    if (L->heap_t[a] != L->heap_t[b]) return L->heap_t[a] < L->heap_t[b];
+    return L->heap_seq[a] < L->heap_seq[b];
+}
+
+static void heap_swap(Loop *L, int64_t a, int64_t b) {
+    double t = L->heap_t[a];
+    L->heap_t[a] = L->heap_t[b];
+    L->heap_t[b] = t;
+    int64_t s = L->heap_seq[a];
+    L->heap_seq[a] = L->heap_seq[b];
+    L->heap_seq[b] = s;
+    int64_t j = L->heap_job[a];
+    L->heap_job[a] = L->heap_job[b];
+    L->heap_job[b] = j;
+}
+
+static void heap_push(Loop *L, double t, int64_t job) {
+    int64_t i = L->heap_n++;
+    L->heap_t[i] = t;
+    L->heap_seq[i] = L->seq++;
+    L->heap_job[i] = job;
+    while (i > 0) {
+        int64_t parent = (i - 1) / 2;
+        if (!heap_less(L, i, parent)) break;
+        heap_swap(L, i, parent);
+        i = parent;
+    }
+}
+
+static int64_t heap_pop(Loop *L) {
+    int64_t job = L->heap_job[0];
+    L->heap_n--;
+    if (L->heap_n > 0) {
+        L->heap_t[0] = L->heap_t[L->heap_n];
+        L->heap_seq[0] = L->heap_seq[L->heap_n];
+        L->heap_job[0] = L->heap_job[L->heap_n];
+        int64_t i = 0;
+        for (;;) {
+            int64_t l = 2 * i + 1, rgt = l + 1, m = i;
+            if (l < L->heap_n && heap_less(L, l, m)) m = l;
+            if (rgt < L->heap_n && heap_less(L, rgt, m)) m = rgt;
+            if (m == i) break;
+            heap_swap(L, i, m);
+            i = m;
+        }
+    }
+    return job;
+}
+
+/* ----- the queue: (priority, job) order, as the simulator's SortedList ---------------------------------------- */
+static int key_less(const double *prio, int64_t a, int64_t b) {
+    if (prio[a] != prio[b]) return prio[a] < prio[b];
+    return a < b;
+}
+
+static int64_t pend_position(const Loop *L, int64_t job) { /* first index whose key is not less than job's */
+    const double *prio = L->r->priority;
+    int64_t lo = 0, hi = L->pend_n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (key_less(prio, L->pend[mid], job)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void enqueue(Loop *L, int64_t job) {
+    int64_t i = pend_position(L, job);
+    memmove(L->pend + i + 1, L->pend + i, (size_t)(L->pend_n - i) * sizeof(int64_t));
+    L->pend[i] = job;
+    L->pend_n++;
+}
+
+static void remove_at(Loop *L, int64_t i) {
+    memmove(L->pend + i, L->pend + i + 1, (size_t)(L->pend_n - i - 1) * sizeof(int64_t));
+    L->pend_n--;
+}
+
+/* ----- cluster state (core/cluster.py ClusterState) ------------------------------------------------------------ */
+static void refresh_node(Replay *r, int64_t node) {
+    const int64_t *row = r->gpu_left + node * r->width;
+    int64_t free = 0, total = 0, top = row[0];
+    for (int64_t g = 0; g < r->width; g++) {
+        int64_t v = row[g];
+        if (v == MILLI) free++;
+        if (v > 0) total += v;
+        if (v > top) top = v;
+    }
+    r->free_gpus[node] = free;
+    r->gpu_left_total[node] = total;
+    r->max_gpu_left[node] = top;
+}
+
+static int64_t pod_kind(int64_t num_gpus_here, int64_t milli) { return milli < MILLI ? 0 : num_gpus_here; }
+
+static void allocate(Replay *r, int64_t node, const int64_t *gpus, int64_t ngpu, int64_t milli, int64_t cpu,
+                     int64_t mem) {
+    int64_t *row = r->gpu_left + node * r->width;
+    for (int64_t k = 0; k < ngpu; k++) row[gpus[k]] -= milli;
+    r->cpu_left[node] -= cpu;
+    r->mem_left[node] -= mem;
+    if (r->jobs_on_node[node] == 0) r->nodes_busy++;
+    r->jobs_on_node[node]++;
+    r->allocated_milli += milli * ngpu;
+    if (ngpu) {
+        r->pod_kinds[node * (r->width + 1) + pod_kind(ngpu, milli)]++;
+        refresh_node(r, node);
+    }
+}
+
+static void release(Replay *r, int64_t node, const int64_t *gpus, int64_t ngpu, int64_t milli, int64_t cpu,
+                    int64_t mem) {
+    int64_t *row = r->gpu_left + node * r->width;
+    for (int64_t k = 0; k < ngpu; k++) row[gpus[k]] += milli;
+    r->cpu_left[node] += cpu;
+    r->mem_left[node] += mem;
+    r->jobs_on_node[node]--;
+    if (r->jobs_on_node[node] == 0) r->nodes_busy--;
+    r->allocated_milli -= milli * ngpu;
+    r->release_epoch++;
+    if (ngpu) {
+        r->pod_kinds[node * (r->width + 1) + pod_kind(ngpu, milli)]--;
+        refresh_node(r, node);
+    }
+}
+
+/* ----- placement (policies/base.py PlacementPolicy.place) ------------------------------------------------------ */
+
+/* numpy's float floor division (npy_divmod), which core/capacity.py gang_gpus uses through `//`. */
+static double np_floor_divide(double a, double b) {
+    double mod = fmod(a, b);
+    double div = (a - mod) / b;
+    if (mod) {
+        if ((b < 0) != (mod < 0)) div -= 1.0;
+    }
+    double floordiv;
+    if (div) {
+        floordiv = floor(div);
+        if (div - floordiv > 0.5) floordiv += 1.0;
+    } else {
+        floordiv = copysign(0.0, a / b);
+    }
+    return floordiv;
+}
+
+/* gpus_best for whole GPUs: the lowest-index fully free GPUs of the node. */
+static int64_t take_free_gpus(const Replay *r, int64_t node, int64_t count, int64_t *out) {
+    const int64_t *row = r->gpu_left + node * r->width;
+    int64_t k = 0;
+    for (int64_t g = 0; g < r->width && k < count; g++)
+        if (row[g] == MILLI) out[k++] = g;
+    return k;
+}
+
+static int gang_order(const void *pa, const void *pb) {
+    const GangKey *a = pa, *b = pb;
+    if (a->usable != b->usable) return a->usable > b->usable ? -1 : 1;
+    return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+/* Fills the tmp_* share arrays; returns the number of shares, 0 when the job does not fit now. */
+static int64_t place_gang(Loop *L, int64_t job) {
+    Replay *r = L->r;
+    const uint8_t *mask = r->mask_id[job] >= 0 ? r->node_masks + r->mask_id[job] * r->n_nodes : NULL;
+    int64_t ng = r->num_gpu[job], cpu = r->cpu_milli[job], mem = r->mem_mib[job];
+    int64_t k = 0, total = 0;
+    for (int64_t n = 0; n < r->n_nodes; n++) {
+        if ((mask == NULL || mask[n]) && r->available[n] && r->free_gpus[n] > 0) {
+            int64_t usable = r->free_gpus[n];
+            if (cpu > 0) {
+                int64_t by_cpu = (int64_t)np_floor_divide((double)r->cpu_left[n], (double)cpu / (double)ng);
+                if (by_cpu < usable) usable = by_cpu;
+            }
+            if (mem > 0) {
+                int64_t by_mem = (int64_t)np_floor_divide((double)r->mem_left[n], (double)mem / (double)ng);
+                if (by_mem < usable) usable = by_mem;
+            }
+            L->nodes[k] = n;
+            L->usable[k] = usable;
+            L->keys[k].usable = usable;
+            L->keys[k].rank = r->rank[n];
+            L->keys[k].pos = k;
+            total += usable;
+            k++;
+        }
+    }
+    if (k == 0 || total < ng) return 0;
+    qsort(L->keys, (size_t)k, sizeof(GangKey), gang_order);
+    int64_t remaining = ng, cpu_rest = cpu, mem_rest = mem, shares = 0, gpus_used = 0;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t pos = L->keys[i].pos;
+        int64_t take = L->usable[pos] < remaining ? L->usable[pos] : remaining;
+        if (take <= 0) continue;
+        remaining -= take;
+        int64_t c = remaining == 0 ? cpu_rest : (int64_t)((double)cpu / (double)ng * (double)take);
+        int64_t m = remaining == 0 ? mem_rest : (int64_t)((double)mem / (double)ng * (double)take);
+        cpu_rest -= c;
+        mem_rest -= m;
+        int64_t node = L->nodes[pos];
+        L->tmp_node[shares] = node;
+        L->tmp_cpu[shares] = c;
+        L->tmp_mem[shares] = m;
+        L->tmp_ngpu[shares] = take_free_gpus(r, node, take, L->tmp_gpus + gpus_used);
+        gpus_used += L->tmp_ngpu[shares];
+        shares++;
+        if (remaining == 0) return shares;
+    }
+    return 0;
+}
+
+static int64_t place(Loop *L, int64_t job) {
+    Replay *r = L->r;
+    if (r->gang[job]) return place_gang(L, job);
+    const uint8_t *mask = r->mask_id[job] >= 0 ? r->node_masks + r->mask_id[job] * r->n_nodes : NULL;
+    int64_t ng = r->num_gpu[job], cpu = r->cpu_milli[job], mem = r->mem_mib[job];
+    int64_t k = 0;
+    for (int64_t n = 0; n < r->n_nodes; n++) {
+        if ((mask == NULL || mask[n]) && r->available[n] && r->cpu_left[n] >= cpu && r->mem_left[n] >= mem &&
+            (ng == 0 || r->free_gpus[n] >= ng))
+            L->nodes[k++] = n;
+    }
+    if (k == 0) return 0;
+    int64_t node = L->nodes[0];
+    if (k > 1) {
+        int64_t *raw = L->raw;
+        if (r->placement == PLACE_BEST_FIT) {
+            int64_t demand = ng * r->gpu_milli[job];
+            for (int64_t i = 0; i < k; i++) {
+                int64_t n = L->nodes[i];
+                double leftover = 0.5 * (double)(r->cpu_left[n] - cpu) / MAX_SPEC_CPU +
+                                  0.5 * (double)(r->gpu_left_total[n] - demand) / MAX_SPEC_GPU;
+                raw[i] = (int64_t)((1.0 - leftover) * 100.0);
+            }
+            int64_t lo = raw[0], hi = raw[0];
+            for (int64_t i = 1; i < k; i++) {
+                if (raw[i] < lo) lo = raw[i];
+                if (raw[i] > hi) hi = raw[i];
+            }
+            for (int64_t i = 0; i < k; i++) raw[i] = hi == lo ? 0 : (raw[i] - lo) * 100 / (hi - lo);
+        } else {
+            for (int64_t i = 0; i < k; i++) raw[i] = 100;
+        }
+        int64_t best = 0, best_key = raw[0] * r->rank_weight - r->rank[L->nodes[0]];
+        for (int64_t i = 1; i < k; i++) {
+            int64_t key = raw[i] * r->rank_weight - r->rank[L->nodes[i]];
+            if (key > best_key) {
+                best_key = key;
+                best = i;
+            }
+        }
+        node = L->nodes[best];
+    }
+    L->tmp_node[0] = node;
+    L->tmp_cpu[0] = cpu;
+    L->tmp_mem[0] = mem;
+    L->tmp_ngpu[0] = ng > 0 ? take_free_gpus(r, node, ng, L->tmp_gpus) : 0;
+    return 1;
+}
+
+/* ----- starting and finishing jobs (Simulator.start, Simulator._finish) ----------------------------------------- */
+static void log_row(Replay *r, double t, int64_t job, int64_t alloc, double load, double rate, int64_t phase) {
+    double *row = r->log + r->n_log * 8;
+    row[0] = t;
+    row[1] = (double)job;
+    row[2] = (double)alloc;
+    row[3] = load;
+    row[4] = rate;
+    row[5] = (double)phase;
+    row[6] = 0.0; /* setting: the default one */
+    row[7] = 0.0;
+    r->n_log++;
+}
+
+static void start(Loop *L, int64_t job, int64_t shares) {
+    Replay *r = L->r;
+    int64_t alloc = r->n_allocs++, ngpu = 0, gpu_at = 0;
+    r->alloc_share_start[alloc] = r->n_shares;
+    for (int64_t s = 0; s < shares; s++) {
+        int64_t node = L->tmp_node[s], n = L->tmp_ngpu[s];
+        allocate(r, node, L->tmp_gpus + gpu_at, n, MILLI, L->tmp_cpu[s], L->tmp_mem[s]);
+        int64_t at = r->n_shares++;
+        r->share_node[at] = node;
+        r->share_cpu[at] = L->tmp_cpu[s];
+        r->share_mem[at] = L->tmp_mem[s];
+        r->share_gpu_start[at] = r->n_gpus;
+        for (int64_t g = 0; g < n; g++) r->share_gpus[r->n_gpus++] = L->tmp_gpus[gpu_at + g];
+        gpu_at += n;
+        ngpu += n;
+    }
+    r->alloc_share_start[alloc + 1] = r->n_shares;
+    r->share_gpu_start[r->n_shares] = r->n_gpus;
+    r->alloc_of_job[job] = alloc;
+    int64_t column = r->node_code[L->tmp_node[0]] + 1;
+    double load = ngpu ? r->load_tab[job * r->n_cols + column] : 0.0;
+    double rate = r->rate_tab[job * r->n_cols + column];
+    double now = r->now;
+    r->status[job] = (int8_t)r->status_running;
+    r->start_s[job] = now;
+    r->last_start = now;
+    L->running++;
+    heap_push(L, now + r->work[job] / rate, job);
+    log_row(r, now, job, alloc, load, rate, r->phase_running);
+    if (r->track_idle)
+        for (int64_t s = 0; s < shares; s++) r->idle_since[L->tmp_node[s]] = INFINITY;
+}
+
+static void finish(Loop *L, int64_t job) {
+    Replay *r = L->r;
+    int64_t alloc = r->alloc_of_job[job];
+    int64_t first = r->alloc_share_start[alloc], last = r->alloc_share_start[alloc + 1];
+    for (int64_t s = first; s < last; s++) {
+        int64_t g0 = r->share_gpu_start[s];
+        release(r, r->share_node[s], r->share_gpus + g0, r->share_gpu_start[s + 1] - g0, MILLI, r->share_cpu[s],
+                r->share_mem[s]);
+    }
+    if (r->track_idle)
+        for (int64_t s = first; s < last; s++)
+            if (r->jobs_on_node[r->share_node[s]] == 0) r->idle_since[r->share_node[s]] = r->now;
+    r->status[job] = (int8_t)r->status_done;
+    r->end_s[job] = r->now;
+    L->running--;
+    r->released = 1;
+    log_row(r, r->now, job, -1, 0.0, 0.0, r->phase_released);
+}
+
+/* QueuePlacementScheduler.try_start, with its memo of failed requests. */
+static int try_start(Loop *L, int64_t job) {
+    Replay *r = L->r;
+    if (L->failed_epoch != r->release_epoch) {
+        L->failed_n = 0;
+        L->failed_epoch = r->release_epoch;
+    }
+    int64_t sig[6] = {r->mask_id[job], r->num_gpu[job], r->gpu_milli[job], r->cpu_milli[job],
+                      r->mem_mib[job], r->gang[job]};
+    for (int64_t f = 0; f < L->failed_n; f++) {
+        const int64_t *o = L->failed[f];
+        if (sig[0] == o[0] && sig[5] == o[5] && sig[1] >= o[1] && sig[2] >= o[2] && sig[3] >= o[3] &&
+            sig[4] >= o[4])
+            return 0;
+    }
+    int64_t shares = place(L, job);
+    if (shares == 0) {
+        if (L->failed_n < FAILED_MEMO_SIZE) memcpy(L->failed[L->failed_n++], sig, sizeof sig);
+        return 0;
+    }
+    start(L, job, shares);
+    return 1;
+}
+
+static void queue_pass(Loop *L) {
+    int64_t i = 0;
+    while (i < L->pend_n) {
+        int64_t job = L->pend[i];
+        if (try_start(L, job)) {
+            remove_at(L, i);
+        } else if (L->r->queue_mode == QUEUE_BLOCK) {
+            return;
+        } else {
+            i++;
+        }
+    }
+}
+
+/* ----- the loop (Simulator.run) ----------------------------------------------------------------------------------- */
+int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
+    int64_t J = r->n_jobs, N = r->n_nodes;
+    Loop L;
+    memset(&L, 0, sizeof L);
+    L.r = r;
+    L.failed_epoch = -1;
+    L.heap_t = malloc((size_t)(J + 1) * sizeof(double));
+    L.heap_seq = malloc((size_t)(J + 1) * sizeof(int64_t));
+    L.heap_job = malloc((size_t)(J + 1) * sizeof(int64_t));
+    L.pend = malloc((size_t)(J + 1) * sizeof(int64_t));
+    L.nodes = malloc((size_t)(N + 1) * sizeof(int64_t));
+    L.raw = malloc((size_t)(N + 1) * sizeof(int64_t));
+    L.usable = malloc((size_t)(N + 1) * sizeof(int64_t));
+    L.keys = malloc((size_t)(N + 1) * sizeof(GangKey));
+    L.tmp_node = malloc((size_t)(N + 1) * sizeof(int64_t));
+    L.tmp_cpu = malloc((size_t)(N + 1) * sizeof(int64_t));
+    L.tmp_mem = malloc((size_t)(N + 1) * sizeof(int64_t));
+    L.tmp_ngpu = malloc((size_t)(N + 1) * sizeof(int64_t));
+    L.tmp_gpus = malloc((size_t)(gpu_mem_slots + 1) * sizeof(int64_t));
+    r->error = OK;
+    if (!L.heap_t || !L.heap_seq || !L.heap_job || !L.pend || !L.nodes || !L.raw || !L.usable || !L.keys ||
+        !L.tmp_node || !L.tmp_cpu || !L.tmp_mem || !L.tmp_ngpu || !L.tmp_gpus) {
+        r->error = ERR_MEMORY;
+        goto done;
+    }
+    int64_t ai = 0;
+    while (ai < J || L.running > 0) {
+        double t_arrival = ai < J ? r->arrival_time[ai] : INFINITY;
+        double t_event = L.heap_n ? L.heap_t[0] : INFINITY;
+        double t = t_arrival < t_event ? t_arrival : t_event;
+        if (t > r->now) {
+            if (r->n_recorders) {
+                r->gpu_seconds += (double)r->allocated_milli / 1000.0 * (t - r->now);
+                r->last_time = t;
+            }
+            r->now = t;
+        }
+        while (L.heap_n && L.heap_t[0] <= t) finish(&L, heap_pop(&L));
+        if (ai >= J && L.running == 0 && t - r->last_start > STALL_LIMIT_S) {
+            r->error = ERR_STALLED;
+            break;
+        }
+        int arrived = 0;
+        while (ai < J && r->arrival_time[ai] <= t) {
+            int64_t job = r->arrival_job[ai++];
+            if (r->never_fits[job]) {
+                r->status[job] = (int8_t)r->status_unschedulable;
+                continue;
+            }
+            r->status[job] = (int8_t)r->status_pending;
+            enqueue(&L, job);
+            r->arrivals++;
+            arrived = 1;
+        }
+        if (arrived || r->released) {
+            r->released = 0;
+            if (L.pend_n) queue_pass(&L);
+            r->decisions++;
+        }
+        if (r->n_recorders) {
+            double *row = r->series + r->n_series * 5;
+            row[0] = r->now;
+            row[1] = (double)r->allocated_milli / 1000.0;
+            row[2] = (double)L.running;
+            row[3] = (double)L.pend_n;
+            row[4] = (double)r->nodes_busy;
+            r->n_series++;
+        }
+    }
+    memcpy(r->pending_out, L.pend, (size_t)L.pend_n * sizeof(int64_t));
+    r->n_pending = L.pend_n;
+done:
+    free(L.heap_t);
+    free(L.heap_seq);
+    free(L.heap_job);
+    free(L.pend);
+    free(L.nodes);
+    free(L.raw);
+    free(L.usable);
+    free(L.keys);
+    free(L.tmp_node);
+    free(L.tmp_cpu);
+    free(L.tmp_mem);
+    free(L.tmp_ngpu);
+    free(L.tmp_gpus);
+    return r->error;
+}
