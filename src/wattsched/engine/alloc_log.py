@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..core.cluster import MILLI
 from ..core.placement import Placement
 from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import PHASE_NAMES
+
+if TYPE_CHECKING:  # pandas only where a table is made: not on a run's start path
+    import pandas as pd
 
 FIELDS = ("time_s", "job", "alloc", "load", "rate", "phase", "setting", "lost")
 _WIDTH = len(FIELDS)
@@ -218,6 +221,8 @@ class AllocationLog:
 
     def frame(self, node_names: np.ndarray, job_ids: np.ndarray) -> pd.DataFrame:
         """The log as a table for the run directory: one row per change."""
+        import pandas as pd
+
         cols = self.columns()
         names = node_names.tolist()
         alloc_text = [

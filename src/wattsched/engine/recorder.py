@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from .observers import Observer
 from .temporal import Simulator
+
+if TYPE_CHECKING:  # pandas only where a table is made: not on a run's start path
+    import pandas as pd
 
 
 class GrowableColumns:
@@ -22,6 +25,8 @@ class GrowableColumns:
         self._flat.extend(values)
 
     def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         data = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, len(self.names))
         return pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(self.names)})
 
