@@ -115,8 +115,10 @@ def main(
                 verdict = "reference"
             elif tag:
                 verdict = "(before)"
+            elif limit is None:
+                verdict = "-"
             else:
-                verdict = "met" if limit is None or cpu_ratio <= limit else "MISSED"
+                verdict = "met" if cpu_ratio <= limit else "MISSED"
             failed |= verdict == "MISSED"
             target = f"target <= {limit:g}x" if limit is not None and name != reference else ""
             print(

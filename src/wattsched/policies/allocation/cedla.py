@@ -116,12 +116,14 @@ class CeDla(AllocationPolicy):
         self._cannot_place: set[int] = set()
         self._gpu_h_per_work = np.full(len(jobs), np.nan)
         self._next_submit = self._submit_sorted.tolist()
-        # Start order: services first, then by deadline (none first), then index.
+        # Start order: services first, then by deadline (none first), then index; a job's place in it.
         deadline = np.where(np.isnan(jobs.deadline_s), -1.0, jobs.deadline_s)
-        services_first = (jobs.job_class == TRAINING).tolist()
-        self._start_key = list(zip(services_first, deadline.tolist(), range(len(jobs)), strict=True))
-        # job -> (GPUs, spread over nodes), from its request
-        self._gpus_asked: dict[int, tuple[int, bool]] = {}
+        by_start = np.lexsort((np.arange(len(jobs)), deadline, jobs.job_class == TRAINING))
+        start_rank = np.empty(len(jobs), dtype=np.int64)
+        start_rank[by_start] = np.arange(len(jobs))
+        self._start_rank = start_rank.tolist()
+        # Per job, 2 x GPUs + 1 if it may spread over nodes, from its request (-1: not asked yet).
+        self._gpus_asked = [-1] * len(jobs)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -277,7 +279,7 @@ class CeDla(AllocationPolicy):
         known = self._cannot_place if not stop else ()
         unplaced = [
             j
-            for j in sorted(self._to_start if only is None else only, key=self._start_key.__getitem__)
+            for j in sorted(self._to_start if only is None else only, key=self._start_rank.__getitem__)
             if j in known
             or not self._may_fit(view, j, total_free, node_free)
             or plan.place(j, self.placement) is None
@@ -294,11 +296,11 @@ class CeDla(AllocationPolicy):
 
     def _may_fit(self, view: ClusterView, job: int, total_free: int, node_free: int) -> bool:
         """A necessary condition for placing `job`: its GPUs are free in all, and on one node unless it spreads."""
-        asked = self._gpus_asked.get(job)
-        if asked is None:
+        asked = self._gpus_asked[job]
+        if asked < 0:
             req = view.request(job)
-            asked = self._gpus_asked[job] = (req.num_gpu, req.gang)
-        return asked[0] <= (total_free if asked[1] else node_free)
+            asked = self._gpus_asked[job] = 2 * req.num_gpu + req.gang
+        return asked >> 1 <= (total_free if asked & 1 else node_free)
 
     def _slack_s(self, job: int, gpu_hours: float, now: float) -> float:
         """Seconds the job could still pause and meet its deadline (NaN deadline: none)."""

@@ -103,14 +103,16 @@ def _uncontended_takes(
         x[order, g] = np.maximum(np.minimum(end, bounds[g + 1]) - np.maximum(start, bounds[g]), 0)
     # Where a job's GPUs of one slot span groups, the loop takes them group by group and works out the GPU-hours
     # left again after each part: the same whole number, unless rounding near an integer says otherwise.
-    for j, s in zip(*np.nonzero((x > 0).sum(axis=1) > 1), strict=True):
-        left_now = float(work[j]) - int(takes[j][rank[j] < rank[j, s]].sum())
-        whole = math.ceil(left_now / inst.slot_h - 1e-9)
-        held = 0
-        for part in x[j, :, s][x[j, :, s] > 0][:-1].tolist():
-            held += int(part)
-            if math.ceil((left_now - held) / inst.slot_h - 1e-9) != whole - held:
-                return None
+    jj, ss = np.nonzero((x > 0).sum(axis=1) > 1)
+    if jj.size:
+        done = (takes[jj] * (rank[jj] < rank[jj, ss][:, None])).sum(axis=1)  # the job's GPU-hours before
+        left_now = work[jj] - done
+        parts = x[jj, :, ss]  # [k, G]
+        held = np.cumsum(parts, axis=1)
+        more = (parts > 0) & (held < held[:, -1:])  # a part with more after it: the loop works out the rest
+        again = np.ceil((left_now[:, None] - held) / inst.slot_h - 1e-9)
+        if (again != np.ceil(left_now / inst.slot_h - 1e-9)[:, None] - held)[more].any():
+            return None
     return x
 
 
