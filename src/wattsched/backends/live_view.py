@@ -6,7 +6,7 @@ what a live cluster cannot know is answered as ``live.py`` describes.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +16,7 @@ from ..core.jobs import JobTable
 from ..core.placement import Placement, gpu_set
 from ..core.requests import JobRequest
 from ..core.states import PHASE_RUNNING, STATUS_PENDING
-from ..policies.contract import Capability, ChangeSet, Target
+from ..policies.contract import Capability, ChangeCounter, ChangeSet, Target
 
 if TYPE_CHECKING:
     from ..perf.model import PerformanceModel
@@ -28,6 +28,13 @@ class LiveView:
 
     def __init__(self, cluster: LiveCluster):
         self._c = cluster
+        # ``job_changes``: the mirror as the journal last saw it, and the journal (jobs, entries trimmed off).
+        self._seen_status = np.zeros(0, dtype=np.int8)
+        self._seen_hold = np.zeros(0)
+        self._seen_stop = np.zeros(0)
+        self._seen_targets: dict[int, Target] = {}
+        self._seen_deferred: set[int] = set()
+        self._journal = ChangeCounter()
 
     @property
     def now(self) -> float:
@@ -213,6 +220,32 @@ class LiveView:
     def changes(self) -> ChangeSet:
         return self._c.changes.since_decision()
 
+    def job_changes(self, since: int) -> tuple[Sequence[int] | None, int]:
+        """The mirror changes in many places (observations, the actions, node power): the journal is written
+        here instead, from what differs since the last call (status, hold, last stop, target, deferral). A live
+        cluster decides a few times a second at most, so comparing whole arrays then costs little."""
+        c, journal = self._c, self._journal
+        n, seen = c.status.size, self._seen_status.size
+        changed = np.flatnonzero(
+            (c.status[:seen] != self._seen_status)
+            | _differs(c.hold_since[:seen], self._seen_hold)
+            | _differs(c.last_stop[:seen], self._seen_stop)
+        ).tolist()
+        changed += range(seen, n)  # jobs the mirror learned of since
+        old, targets = self._seen_targets, c.targets
+        changed += [j for j, t in targets.items() if old.get(j) is not t]
+        changed += [j for j in old if j not in targets]
+        changed += sorted(self._seen_deferred ^ c.deferred)
+        if changed:
+            journal.journal.extend(sorted(set(changed)))
+            self._seen_status = c.status.copy()
+            self._seen_hold = c.hold_since.copy()
+            self._seen_stop = c.last_stop.copy()
+            self._seen_targets = dict(targets)
+            self._seen_deferred = set(c.deferred)
+        journal.decided()  # trims the journal
+        return journal.jobs_since(since)
+
     @property
     def power_epoch(self) -> int:
         power = self._c.power
@@ -222,3 +255,9 @@ class LiveView:
     def booting_gpus(self) -> float:
         power = self._c.power
         return power.booting_gpus if power is not None else 0.0
+
+
+def _differs(now: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Element-wise `now != before`, NaN equal to NaN (a time not set yet)."""
+    differs: np.ndarray = (now != before) & ~(np.isnan(now) & np.isnan(before))
+    return differs

@@ -6,7 +6,7 @@ Both read and change the simulator's own arrays; the event loop itself is in ``t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -277,6 +277,9 @@ class SimView:
     @property
     def changes(self) -> ChangeSet:
         return self._sim.changes.since_decision()
+
+    def job_changes(self, since: int) -> tuple[Sequence[int] | None, int]:
+        return self._sim.changes.jobs_since(since)
 
 
 if TYPE_CHECKING:

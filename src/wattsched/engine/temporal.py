@@ -491,9 +491,11 @@ class Simulator:
 
     def _enqueue(self, job: int) -> None:
         self.status[job] = STATUS_PENDING
+        self.changes.journal.append(job)
         self._pending.add((self._priority[job], job))
 
     def _dequeue(self, job: int) -> None:
+        self.changes.journal.append(job)
         if job in self._deferred:
             self._deferred.remove(job)
         else:
@@ -506,10 +508,12 @@ class Simulator:
             self._pending.remove((self._priority[job], job))
             self._deferred.add(job)
             self.changes.counts[SETTINGS] += 1
+            self.changes.journal.append(job)
         elif not deferred and job in self._deferred:
             self._deferred.remove(job)
             self._pending.add((self._priority[job], job))
             self.changes.counts[SETTINGS] += 1
+            self.changes.journal.append(job)
 
     def _settle(self, job: int) -> None:
         """Bring a holding job's progress (and its last checkpoint) up to now."""
@@ -827,6 +831,7 @@ class Simulator:
         self._released = True
         self.changes.counts[RELEASED] += len(targets)
         self.changes.counts[TAKEN] += len(targets)
+        self.changes.journal.extend(targets)
         # Every running job on the touched GPUs, movers that kept running in place included: one of them may
         # have been re-rated before a later mover joined its GPUs (restarting movers are rated when they end).
         self._neighbours_changed(touched)
@@ -839,6 +844,7 @@ class Simulator:
             self.validator.setting(self._by, job, placement, setting)
         self.setting_id[job] = self.log.setting_id(setting)
         self.changes.counts[SETTINGS] += 1
+        self.changes.journal.append(job)
         self.load[job] = self._load_now(job)
         if self.phase[job] == PHASE_RUNNING:
             self._settle(job)
@@ -871,6 +877,7 @@ class Simulator:
         counts = self.changes.counts
         counts[LEFT] += 1
         counts[RELEASED] += 1
+        self.changes.journal.append(job)
         self.log.append(now, job, NO_ALLOC, 0.0, 0.0, PHASE_RELEASED, int(self.setting_id[job]), 0.0)
         self._after_release(job, held)
 

@@ -282,15 +282,21 @@ class RoundScheduler(Scheduler):
 
 def apply_decision(view: ClusterView, actions: Actions, decision: Decision, policy: str) -> None:
     """Turn target allocations into actions: stops, then moves (all released before any is re-placed), then
-    retunes, then starts in the order given. Running jobs neither kept nor assigned are stopped."""
+    retunes, then starts in the order given. Running jobs neither kept nor assigned are stopped (none with
+    ``keep_all``)."""
+    assign = decision.assign
+    changes = assign or decision.reject or decision.defer or decision.undefer
+    if decision.keep_all:
+        if not changes and decision.keep_free_gpus is None:
+            return  # "keep everything as it is", said without a list: nothing to read or compare
+        keep = running = np.zeros(0, dtype=np.int64)  # no stops
+    else:
+        keep = np.asarray(decision.keep, dtype=np.int64)
+        running = view.running_jobs()
+        if not changes and decision.keep_free_gpus is None and np.array_equal(keep, running):
+            return  # "keep everything as it is": the common answer of event-driven policies between rounds
     status = view.status
     ids = view.jobs.job_id
-    assign = decision.assign
-    keep = np.asarray(decision.keep, dtype=np.int64)
-    running = view.running_jobs()
-    changes = assign or decision.reject or decision.defer or decision.undefer
-    if not changes and decision.keep_free_gpus is None and np.array_equal(keep, running):
-        return  # "keep everything as it is": the common answer of event-driven policies between rounds
     if keep.size:
         bad = keep[(keep < 0) | (keep >= len(status))]
         if bad.size:

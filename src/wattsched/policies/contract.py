@@ -140,7 +140,8 @@ class Decision:
     queue that power managers size boots from (a live backend holds them in the cluster manager, e.g.
     ``scontrol hold``) until ``undefer`` lists them or they start. ``keep_free_gpus``: headroom the policy expects
     to need before a node could boot (known service demand, urgent arrivals); power managers keep that many free
-    GPUs on powered nodes.
+    GPUs on powered nodes. ``keep_all``: every running job not in ``assign`` is kept, without a list of them
+    (``Decision(keep_all=True)``: nothing changes, applied without reading the view).
     """
 
     keep: np.ndarray | Sequence[int] = ()
@@ -153,6 +154,7 @@ class Decision:
     keep_free_gpus: float | None = (
         None  # free GPUs power managers keep powered for work to come; None: unchanged
     )
+    keep_all: bool = False  # every running job not in `assign` stays, none listed
 
 
 # What a backend counts between decisions (indices into ``ChangeCounter.counts``).
@@ -197,15 +199,24 @@ class ChangeSet:
         return self.first or bool(self.released or self.taken or self.booted or self.switched_off)
 
 
+# Entries of a backend's change journal kept for policies that read it late (``ChangeCounter.decided`` trims it).
+JOURNAL_KEEP = 1 << 16
+
+
 class ChangeCounter:
     """A backend's tally behind ``view.changes``: bump ``counts[KIND]`` where the change happens (one list
-    increment: cheap enough for every event) and call ``decided()`` once a decision has been applied."""
+    increment: cheap enough for every event) and call ``decided()`` once a decision has been applied.
 
-    __slots__ = ("_mark", "counts")
+    ``journal`` behind ``view.job_changes``: append a job wherever its status, hold or deferral changes (arrival,
+    start, stop, move, retune, completion, rejection, deferral), its own actions included."""
+
+    __slots__ = ("_dropped", "_mark", "counts", "journal")
 
     def __init__(self) -> None:
         self.counts = [0] * 7
         self._mark: list[int] | None = None
+        self.journal: list[int] = []
+        self._dropped = 0  # journal entries trimmed off its front
 
     def since_decision(self) -> ChangeSet:
         c, mark = self.counts, self._mark
@@ -217,6 +228,17 @@ class ChangeCounter:
 
     def decided(self) -> None:
         self._mark = list(self.counts)
+        if len(self.journal) > 2 * JOURNAL_KEEP:
+            cut = len(self.journal) - JOURNAL_KEEP
+            del self.journal[:cut]
+            self._dropped += cut
+
+    def jobs_since(self, mark: int) -> tuple[list[int] | None, int]:
+        """``view.job_changes``: the journal's jobs from position `mark` on, and the position now."""
+        end = self._dropped + len(self.journal)
+        if mark < self._dropped:
+            return None, end
+        return self.journal[mark - self._dropped :], end
 
 
 class ClusterView(Protocol):
@@ -369,6 +391,16 @@ class ClusterView(Protocol):
     @property
     def changes(self) -> ChangeSet:
         """What changed since the scheduler's last decision (jobs, capacity, settings); see :class:`ChangeSet`."""
+
+    def job_changes(self, since: int) -> tuple[Sequence[int] | None, int]:
+        """Which jobs changed since position `since` of the backend's change journal, and the position now.
+
+        A job is listed (in order, perhaps more than once) whenever its status, hold or deferral changed: it
+        arrived, started, stopped, moved, was retuned, completed, was rejected, deferred or undeferred, by a
+        decision of the policy's own or not. A policy that keeps its own job sets from one decision to the next
+        keeps the position it last read and brings them up to date from the jobs listed, reading their state now
+        from the view: a decision then costs what changed, not what runs. None instead of jobs when the journal no
+        longer reaches back to `since` (and for a negative `since`, the way to ask first): read the view afresh."""
 
 
 WakeCallback = Callable[["ClusterView", "Actions"], None]

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..core.capacity import gang_gpus
-from ..core.cluster import MILLI
+from ..core.cluster import MILLI, ClusterState
 from ..core.placement import NodeShare, Placement
 from ..core.requests import JobRequest
 from ..core.settings import DEFAULT_SETTING, GpuSetting
@@ -74,24 +74,53 @@ def on_same_gpus(view: ClusterView, job: int, placement: Placement) -> Placement
 
 
 class Plan:
-    """A round's plan: a scratch state that starts with every running job where it is."""
+    """A round's plan: a scratch state that starts with every running job where it is.
+
+    The scratch state is the view's own until the plan changes it (a copy then), and the last job the plan takes
+    is written into it only when something reads it again: a round that places one job, or none, copies nothing.
+    """
 
     def __init__(self, view: ClusterView):
         self.view = view
-        self.state = view.state.copy()
+        self._state = view.state
+        self._own = False  # whether `_state` is the plan's copy (else the view's, never written)
+        self._unwritten: Target | None = None  # taken in the plan, not yet in `_state`
         self.assign: dict[int, Target] = {}
         self.released: set[int] = set()
         # Request shapes that found no place in the plan as it is now; cleared whenever the plan frees anything.
         # A queue of thousands of identical waiting jobs then costs one failed search per shape, not per job.
         self._failed: set[tuple] = set()
 
+    @property
+    def state(self) -> ClusterState:
+        """The plan's cluster state; read it, change it only through the plan."""
+        if self._unwritten is not None:
+            self._write_take()
+        return self._state
+
+    def _writable(self) -> ClusterState:
+        if self._unwritten is not None:
+            self._write_take()
+        if not self._own:
+            self._state = self._state.copy()
+            self._own = True
+        return self._state
+
+    def _write_take(self) -> None:
+        target, self._unwritten = self._unwritten, None
+        assert target is not None
+        state = self._writable()
+        for node, gpus, cpu, mem in target.placement:
+            state.allocate(node, gpus, target.share_milli, cpu, mem)
+
     def release(self, job: int) -> None:
         """Free what a running job holds (it will be stopped unless assigned again)."""
         target = self.view.target(job)
         if target is None or job in self.released:
             return
+        state = self._writable()
         for node, gpus, cpu, mem in target.placement:
-            self.state.release(node, gpus, target.share_milli, cpu, mem)
+            state.release(node, gpus, target.share_milli, cpu, mem)
         self.released.add(job)
         self._failed.clear()
 
@@ -102,8 +131,9 @@ class Plan:
         target = held_target(self.view, job)  # `release` released it: it held something
         if not self.is_free(target.placement, target.share_milli):
             return False
+        state = self._writable()
         for node, gpus, cpu, mem in target.placement:
-            self.state.allocate(node, gpus, target.share_milli, cpu, mem)
+            state.allocate(node, gpus, target.share_milli, cpu, mem)
         self.released.discard(job)
         return True
 
@@ -117,8 +147,16 @@ class Plan:
         return True
 
     def take(self, job: int, target: Target) -> None:
-        for node, gpus, cpu, mem in target.placement:
-            self.state.allocate(node, gpus, target.share_milli, cpu, mem)
+        state = self.state  # writes the take before, if any
+        milli = target.share_milli
+        for node, gpus, cpu, mem in target.placement:  # the checks of ClusterState.allocate, before it runs
+            if state.cpu_left[node] < cpu or state.mem_left[node] < mem:
+                raise RuntimeError(f"over-allocation of CPU/memory on node {node}")
+            row = state.gpu_left[node]
+            for g in gpus:
+                if row[g] < milli:
+                    raise RuntimeError(f"over-allocation of GPU {g} on node {node}")
+        self._unwritten = target
         self.assign[job] = target
 
     def place(
@@ -156,23 +194,32 @@ class Plan:
 
     def decision(
         self,
-        running: np.ndarray,
+        running: np.ndarray | None = None,
         wake_at: float | None = None,
         reject=(),
         save_on_stop: bool = False,
         defer=(),
         undefer=(),
     ) -> Decision:
-        """Running jobs neither released nor assigned are kept; released ones not assigned are stopped."""
-        keep = [j for j in running.tolist() if j not in self.released and j not in self.assign]
+        """Running jobs neither released nor assigned are kept; released ones not assigned are stopped.
+        `running`: the view's running jobs, if the caller has them."""
+        if all(j in self.assign for j in self.released):  # nothing stops: no list of what runs is needed
+            keep: np.ndarray = np.zeros(0, dtype=np.int64)
+            keep_all = True
+        else:
+            running = self.view.running_jobs() if running is None else running
+            kept = [j for j in running.tolist() if j not in self.released and j not in self.assign]
+            keep = np.asarray(kept, dtype=np.int64)
+            keep_all = False
         return Decision(
-            np.asarray(keep, dtype=np.int64),
+            keep,
             self.assign,
             tuple(reject),
             wake_at,
             save_on_stop,
             tuple(defer),
             tuple(undefer),
+            keep_all=keep_all,
         )
 
 

@@ -83,6 +83,7 @@ class CeDla(AllocationPolicy):
         self._to_start: set[int] = set()  # pending jobs that may run this hour
         self._held: set[int] = set()  # jobs deferred to a later hour
         self._prices = np.ones(1)
+        self._lowest_price = [1.0]
         self._urgent_times: list[float] = []
         self._urgent_gpus: list[float] = []
 
@@ -110,7 +111,19 @@ class CeDla(AllocationPolicy):
         self._submit_sorted = jobs.submit_s[self._by_submit]
         self._arrived = 0  # arrivals looked at, in submission order
         self._failed = False  # the last attempt started nothing (it stands until capacity changes)
+        # Jobs the last attempt could not place, on a state that has only lost capacity since (they are not
+        # searched again until capacity changes).
+        self._cannot_place: set[int] = set()
         self._gpu_h_per_work = np.full(len(jobs), np.nan)
+        self._next_submit = self._submit_sorted.tolist()
+        # Start order: services first, then by deadline (none first), then index; a job's place in it.
+        deadline = np.where(np.isnan(jobs.deadline_s), -1.0, jobs.deadline_s)
+        by_start = np.lexsort((np.arange(len(jobs)), deadline, jobs.job_class == TRAINING))
+        start_rank = np.empty(len(jobs), dtype=np.int64)
+        start_rank[by_start] = np.arange(len(jobs))
+        self._start_rank = start_rank.tolist()
+        # Per job, 2 x GPUs + 1 if it may spread over nodes, from its request (-1: not asked yet).
+        self._gpus_asked = [-1] * len(jobs)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -165,8 +178,10 @@ class CeDla(AllocationPolicy):
 
     # --- the round ----------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
-        running = view.running_jobs()
+        if self._cannot_place and view.changes.capacity:
+            self._cannot_place.clear()
         if int(view.now // SLOT_S) != int(self._planned_at // SLOT_S):  # plans follow the price hours
+            running = view.running_jobs()
             pending = view.pending_jobs()
             if running.size + pending.size == 0:
                 return Decision()
@@ -192,14 +207,16 @@ class CeDla(AllocationPolicy):
         status = view.status
         self._to_start = {j for j in self._to_start if status[j] == STATUS_PENDING}
         # No capacity changed since every start failed: only the jobs that arrived now can start.
-        unchanged = self._failed and not view.changes.capacity
+        unchanged = bool(self._to_start) and self._failed and not view.changes.capacity
         if (not self._to_start or unchanged) and not wait and not fresh:
-            return Decision(keep=running)
+            return Decision(keep_all=True)
         self._held.update(wait)
-        return self._start(view, running, [], wait, [], only=fresh if unchanged else None)
+        return self._start(view, None, [], wait, [], only=fresh if unchanged else None)
 
     def _arrivals(self, view: ClusterView) -> np.ndarray:
         """Jobs that arrived since the last look and still wait, in submission order."""
+        if self._arrived >= len(self._next_submit) or self._next_submit[self._arrived] > view.now:
+            return self._by_submit[:0]  # none since the last look
         end = int(np.searchsorted(self._submit_sorted, view.now, side="right"))
         new = self._by_submit[self._arrived : end]
         self._arrived = end
@@ -250,34 +267,40 @@ class CeDla(AllocationPolicy):
     def _start(self, view: ClusterView, running, stop, defer, undefer, only=None) -> Decision:
         """Start what may run now (services first, then by deadline; `only` these if given), best-fit; stop and
         defer as told. Work that cannot wait and finds no powered GPU pauses deferrable running jobs
-        (``_make_room``)."""
+        (``_make_room``). `running`: the running jobs, None to read them only if needed."""
         plan = Plan(view)
         for j in stop:
             plan.release(j)
-        jobs = self.jobs
         # Upper bounds on what can still be placed (placing only lowers them): most jobs waiting for a boot fail
         # these checks without a placement search.
         free = plan.state.free_gpus[plan.state.available]
         total_free, node_free = int(free.sum()), int(free.max()) if free.size else 0
+        # Capacity has only been taken since the last attempt placed nothing for these (and this one frees none).
+        known = self._cannot_place if not stop else ()
         unplaced = [
             j
-            for j in sorted(
-                self._to_start if only is None else only,
-                key=lambda j: (jobs.job_class[j] == TRAINING, self._deadline_key(j), j),
-            )
-            if not self._may_fit(view, j, total_free, node_free) or plan.place(j, self.placement) is None
+            for j in sorted(self._to_start if only is None else only, key=self._start_rank.__getitem__)
+            if j in known
+            or not self._may_fit(view, j, total_free, node_free)
+            or plan.place(j, self.placement) is None
         ]
         urgent = self._cannot_wait_for_boot(view, [j for j in unplaced if j not in self._planned_now])
+        paused = self.paused_for_urgent
         if urgent:
+            running = view.running_jobs() if running is None else running
             self._make_room(view, plan, urgent, running, set(stop))
         self._failed = not (plan.assign or plan.released)
+        # Valid while capacity stays as this decision leaves it: with less free than each of them saw.
+        self._cannot_place = set(unplaced) if self.paused_for_urgent == paused else set()
         return plan.decision(running, save_on_stop=True, defer=defer, undefer=undefer)
 
-    @staticmethod
-    def _may_fit(view: ClusterView, job: int, total_free: int, node_free: int) -> bool:
+    def _may_fit(self, view: ClusterView, job: int, total_free: int, node_free: int) -> bool:
         """A necessary condition for placing `job`: its GPUs are free in all, and on one node unless it spreads."""
-        req = view.request(job)
-        return req.num_gpu <= (total_free if req.gang else node_free)
+        asked = self._gpus_asked[job]
+        if asked < 0:
+            req = view.request(job)
+            asked = self._gpus_asked[job] = 2 * req.num_gpu + req.gang
+        return asked >> 1 <= (total_free if asked & 1 else node_free)
 
     def _slack_s(self, job: int, gpu_hours: float, now: float) -> float:
         """Seconds the job could still pause and meet its deadline (NaN deadline: none)."""
@@ -366,48 +389,54 @@ class CeDla(AllocationPolicy):
         """Whether this hour is the cheapest of the job's window (as the plan would place a lone job)."""
         hour_start = self._planned_at // SLOT_S * SLOT_S
         slots = int((float(self.jobs.deadline_s[job]) - DEADLINE_MARGIN_S - hour_start) // SLOT_S)
-        window = self._prices[: max(min(slots, len(self._prices)), 1)]
-        return bool(window[0] <= window.min() + 1e-12)
-
-    def _deadline_key(self, job: int) -> float:
-        d = float(self.jobs.deadline_s[job])
-        return -1.0 if math.isnan(d) else d
+        lowest = self._lowest_price[max(min(slots, len(self._lowest_price)), 1) - 1]  # of the window
+        return bool(self._prices[0] <= lowest + 1e-12)
 
     def _replan(self, view: ClusterView, active: np.ndarray) -> None:
         self._planned_at = view.now
         self._arrived = int(np.searchsorted(self._submit_sorted, view.now, side="right"))
-        first_seen = set(active[~self._seen[active]].tolist())
-        self._seen[active] = True
         horizon = self.horizon_h
         prices = view.price_ahead_usd_per_mwh(horizon)
         if prices is None:
             prices = np.ones(horizon)  # no price: every hour alike, so the plan runs work as early as it can
         self._prices = np.asarray(prices, dtype=float)
+        self._lowest_price = np.minimum.accumulate(self._prices).tolist()  # of the first k + 1 hours
         left = self._gpu_hours_left(view, active)
         reserved = np.zeros(horizon)  # GPUs held by what runs now, per slot
         hour0 = int(view.now // SLOT_S)
         demand = self.service_demand[hour0 : hour0 + horizon]
         reserved[: len(demand)] += demand
-        urgent, planned, work, last = [], [], [], []
-        for j, gh in zip(active.tolist(), left.tolist(), strict=True):
-            n = int(self.jobs.num_gpu[j])
-            if self.jobs.job_class[j] != TRAINING:
-                urgent.append(j)  # a service-hour: already in `reserved`
-                continue
-            if not self._can_wait_until(j, gh, view.now):
-                urgent.append(j)
-                if j in first_seen:
-                    self._note_urgent(j)
-                hours = gh / max(n, 1)
-                reserved[: min(horizon, math.ceil(hours))] += n
-                continue
-            slots = int((float(self.jobs.deadline_s[j]) - DEADLINE_MARGIN_S - view.now) // SLOT_S)
-            must = gh - n * max(slots - horizon, 0)  # the work that cannot wait until after the horizon
-            if must <= 1e-9:
-                continue  # none: the plan gives it nothing this time, so it stays deferred
-            planned.append(j)
-            work.append(must)
-            last.append(min(slots, horizon))
+        # Every active job at once, with the arithmetic of `_can_wait_until` (numpy's // is Python's).
+        jobs, now = self.jobs, view.now
+        n = jobs.num_gpu[active]
+        training = jobs.job_class[active] == TRAINING
+        deadline = jobs.deadline_s[active] - DEADLINE_MARGIN_S
+        with np.errstate(invalid="ignore"):
+            slots_left = (deadline - now) // SLOT_S
+            can_wait = (
+                training
+                & ~np.isnan(deadline)
+                & (n != 0)
+                & (slots_left > 0)
+                & (left <= n.astype(np.int64) * slots_left + 1e-9)
+            )
+        # Training that cannot wait holds its GPUs from now for its hours left (integer GPU counts: exact sums).
+        late = training & ~can_wait
+        for j in active[late].tolist():
+            if not self._seen[j]:
+                self._note_urgent(j)
+        hours = np.ceil(left[late] / np.maximum(n[late], 1))
+        ends = np.minimum(horizon, hours).astype(np.int64)
+        reserved += np.cumsum(np.bincount(ends, weights=n[late], minlength=horizon + 1)[::-1])[::-1][1:]
+        urgent = active[~can_wait].tolist()
+        slots = np.where(can_wait, slots_left, 0).astype(np.int64)
+        must = left - n * np.maximum(slots - horizon, 0)  # the work that cannot wait until after the horizon
+        # None: the plan gives it nothing this time, so it stays deferred.
+        planned_mask = can_wait & (must > 1e-9)
+        planned = active[planned_mask].tolist()
+        work = must[planned_mask].tolist()
+        last = np.minimum(slots[planned_mask], horizon).tolist()
+        self._seen[active] = True
         self._planned_now = self._first_slot(view, planned, work, last, prices, reserved)
         self._run_now = set(urgent) | self._planned_now
 
@@ -434,7 +463,7 @@ class CeDla(AllocationPolicy):
             service_gpus=np.minimum(reserved, capacity)[None, :],
             service_busy_w=np.zeros(1),
             initially_on=powered,
-            job_names=tuple(str(self.jobs.job_id[j]) for j in jobs),
+            job_names=tuple(map(str, self.jobs.job_id[jobs].tolist())),
             service_names=("running now",),
         )
         self.plans += 1

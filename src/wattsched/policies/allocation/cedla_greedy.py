@@ -33,6 +33,89 @@ def solve_greedy(inst: PlanInstance) -> Plan:
     )
 
 
+def _uncontended_takes(
+    inst: PlanInstance, window_end: np.ndarray, room: np.ndarray, order: np.ndarray
+) -> np.ndarray | None:
+    """The training step of the greedy when its jobs never compete for room: the GPUs each job takes per group and
+    slot [J, G, T], as the job-by-job loop takes them; None when that does not hold (the loop then runs).
+
+    The loop has each job (in `order`) buy, slot by slot from the cheapest of its window and group by group,
+    ``min(room, its GPUs, GPU-hours left)``. Where every slot's room covers what all jobs take there, room never
+    binds: each job takes its GPUs in each of its cheapest slots until its work is done, whatever the order of
+    the jobs, and a slot's groups fill one after the other in job order. Work left drops by whole GPU-hours
+    (one-hour slots), so it stays exact, and every take is the loop's, computed for all jobs at once. Valid
+    where groups rank a job's slots by price alone (the loop's ``price_ranks``)."""
+    slots = len(inst.price)
+    if inst.slot_h != 1.0 or not slots or not room.size:
+        return None
+    work = np.asarray(inst.job_work_gpu_h, dtype=np.float64)
+    most = np.asarray(inst.job_max_gpus).astype(np.int64)
+    lo = np.asarray(inst.job_first_slot, dtype=np.int64)
+    hi = np.asarray(window_end, dtype=np.int64)
+    busy = work > 1e-9
+    if (most[busy] < 1).any():
+        return None
+    # Whole takes of `most` GPUs first (the work left stays above `most` + 1 before each), then the last few as
+    # the loop takes them: `need` is the loop's own expression.
+    full = np.where(busy, np.maximum(np.floor((work - 1.0) / np.maximum(most, 1)) - 1.0, 0.0), 0.0)
+    left = work - full * most
+    count = full.astype(np.int64)
+    last = np.where(busy, most, 0)
+    active = busy.copy()
+    while active.any():
+        need = np.ceil(left[active] - 1e-9)
+        take = np.minimum(most[active], need)
+        left[active] -= take
+        count[active] += 1
+        last[active] = take
+        done = left[active] <= 1e-9
+        if ((take < most[active]) & ~done).any():
+            return None  # a part take that leaves work: the loop would take more of the same slot
+        active[np.flatnonzero(active)[done]] = False
+    if (count > np.maximum(hi - lo, 0)).any():
+        return None  # no room by the deadline: the loop names the job
+    # rank[j, t]: the place of slot t among the job's window slots, cheapest first (ties: earliest).
+    t = np.arange(slots)
+    rank = np.full((len(work), slots), slots, dtype=np.int64)
+    for first in np.unique(lo[busy]).tolist():
+        by_price = first + np.argsort(inst.price[first:], kind="stable")
+        pos = np.full(slots, slots, dtype=np.int64)
+        pos[by_price] = np.arange(by_price.size)
+        ahead = pos[:, None] < pos[None, :]  # [s, t]: slot s comes before slot t
+        ahead[:first] = False
+        # [window end, t]: slots of the window before t
+        before = np.vstack([np.zeros((1, slots), dtype=np.int64), np.cumsum(ahead, axis=0)])
+        jobs = np.flatnonzero(busy & (lo == first))
+        outside = (t[None, :] < first) | (t[None, :] >= hi[jobs, None])
+        rank[jobs] = np.where(outside, slots, before[hi[jobs]])
+    cut = (count - 1)[:, None]
+    takes = np.where(rank < cut, most[:, None], np.where(rank == cut, last[:, None], 0))
+    takes[~busy] = 0
+    if (takes.sum(axis=0) > room.sum(axis=0)).any():
+        return None  # some slot runs short: the order of the jobs matters
+    # Each slot's groups fill in order, jobs in `order`: a job's GPUs are its stretch of the slot's running total.
+    ordered = takes[order]
+    end = np.cumsum(ordered, axis=0)
+    start = end - ordered
+    bounds = np.vstack([np.zeros((1, slots), dtype=np.int64), np.cumsum(room, axis=0)])  # [G + 1, T]
+    x = np.zeros((len(work), len(room), slots))
+    for g in range(len(room)):
+        x[order, g] = np.maximum(np.minimum(end, bounds[g + 1]) - np.maximum(start, bounds[g]), 0)
+    # Where a job's GPUs of one slot span groups, the loop takes them group by group and works out the GPU-hours
+    # left again after each part: the same whole number, unless rounding near an integer says otherwise.
+    jj, ss = np.nonzero((x > 0).sum(axis=1) > 1)
+    if jj.size:
+        done = (takes[jj] * (rank[jj] < rank[jj, ss][:, None])).sum(axis=1)  # the job's GPU-hours before
+        left_now = work[jj] - done
+        parts = x[jj, :, ss]  # [k, G]
+        held = np.cumsum(parts, axis=1)
+        more = (parts > 0) & (held < held[:, -1:])  # a part with more after it: the loop works out the rest
+        again = np.ceil((left_now[:, None] - held) / inst.slot_h - 1e-9)
+        if (again != np.ceil(left_now / inst.slot_h - 1e-9)[:, None] - held)[more].any():
+            return None
+    return x
+
+
 def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The greedy plan per group of identical nodes: GPUs of each job [J, G, T] and service [I, G, T], nodes on
     per group [G, T]. A rolling policy needs only this, not the plan laid out on every node."""
@@ -42,23 +125,26 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
     size = np.array([len(g) for g in groups], dtype=np.int64)
     gpus = inst.gpus[first].astype(np.int64)
     per_gpu_on = inst.node_on_w[first] / gpus  # W of a powered-on node per GPU
-    used = np.zeros((len(groups), slots), dtype=np.int64)
     x = np.zeros((jobs, len(groups), slots))
     z = np.zeros((services, len(groups), slots))
-    # 1. services, on the groups cheapest per GPU
-    by_cost = np.argsort(per_gpu_on, kind="stable")
+    # 1. services, on the groups cheapest per GPU (plain ints: a few hundred steps per plan)
+    by_cost = np.argsort(per_gpu_on, kind="stable").tolist()
+    group_gpus = (gpus * size).tolist()
+    in_use = [[0] * slots for _ in groups]
+    demand = np.asarray(inst.service_gpus).tolist()
     for i in range(services):
         for t in range(slots):
-            need = int(inst.service_gpus[i, t])
+            need = int(demand[i][t])
             for g in by_cost:
-                take = min(need, int(gpus[g] * size[g] - used[g, t]))
+                take = min(need, group_gpus[g] - in_use[g][t])
                 if take > 0:
                     z[i, g, t] += take
-                    used[g, t] += take
+                    in_use[g][t] += take
                     need -= take
             if need > 0:
                 name = inst.service_names[i] if i < len(inst.service_names) else f"service {i}"
                 raise InfeasiblePlan(f"slot {t}: no room for {name}")
+    used = np.array(in_use, dtype=np.int64).reshape(len(groups), slots)
     # 2. training, least slack first
     window_end = np.minimum(inst.job_deadline_slot, slots).astype(np.int64)
     capacity_h = (window_end - inst.job_first_slot) * np.minimum(inst.job_max_gpus, gpus.sum()) * inst.slot_h
@@ -92,7 +178,12 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
             for flat in np.argsort(offer, axis=None, kind="stable").tolist()
         )
 
-    for j in np.argsort(slack, kind="stable").tolist():
+    order = np.argsort(slack, kind="stable")
+    uncontended = _uncontended_takes(inst, window_end, room_g, order) if price_ranks else None
+    if uncontended is not None:  # no slot runs short: every job takes the GPUs it would one by one below
+        x[:] = uncontended
+        room = (room_g - uncontended.sum(axis=0)).tolist()
+    for j in order.tolist() if uncontended is None else ():
         left = float(inst.job_work_gpu_h[j])
         if left <= 1e-9:
             continue
@@ -122,20 +213,23 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
     room_g = np.asarray(room, dtype=np.int64).reshape(room_g.shape)
     used = (gpus * size)[:, None] - room_g
     # 3. nodes on per group, pre-booting where a boot would leave too few whole GPUs
-    on = np.zeros((len(groups), slots), dtype=np.int64)
-    for g in range(len(groups)):
+    on_rows = []
+    for g in range(len(groups)):  # plain ints: a few dozen steps per group
         lost = boot_loss(inst, first[g])
-        was = int(size[g]) if inst.initially_on[first[g]] else 0
-        on[g] = -(-used[g] // gpus[g])
+        n, per_node = int(size[g]), int(gpus[g])
+        was = n if inst.initially_on[first[g]] else 0
+        use = used[g].tolist()
+        on = (-(-used[g] // gpus[g])).tolist()
         for t in range(slots - 1, -1, -1):
-            before = on[g, t - 1] if t else was
-            boots = max(0, on[g, t] - before)
-            if used[g, t] > gpus[g] * on[g, t] - lost * boots:
+            before = on[t - 1] if t else was
+            boots = max(0, on[t] - before)
+            if use[t] > per_node * on[t] - lost * boots:
                 if t:
-                    on[g, t - 1] = max(on[g, t - 1], on[g, t])  # switch on a slot earlier
-                elif on[g, 0] < size[g]:
-                    short = used[g, 0] - (gpus[g] * on[g, 0] - lost * boots)
-                    on[g, 0] = min(size[g], on[g, 0] + -(-short // max(gpus[g] - lost, 1)))
+                    on[t - 1] = max(on[t - 1], on[t])  # switch on a slot earlier
+                elif on[0] < n:
+                    short = use[0] - (per_node * on[0] - lost * boots)
+                    on[0] = min(n, on[0] + -(-short // max(per_node - lost, 1)))
                 else:
                     raise InfeasiblePlan("slot 0: nodes booting at the start leave too few GPUs")
-    return x, z, on
+        on_rows.append(on)
+    return x, z, np.array(on_rows, dtype=np.int64).reshape(len(groups), slots)

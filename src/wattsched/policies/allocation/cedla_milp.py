@@ -115,8 +115,18 @@ def node_groups(inst: PlanInstance) -> list[list[int]]:
     if not len(inst.gpus):
         return []
     keys = np.stack([inst.gpus, inst.node_on_w, inst.boot_j, inst.boot_share, inst.initially_on], axis=1)
-    _, first, inverse = np.unique(keys.astype(float), axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    keys = keys.astype(float)
+    if np.isnan(keys).any():  # (np.unique's view of NaN rows)
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    else:  # the same groups from one sort of the rows (several times faster: this runs once per hourly plan)
+        order = np.lexsort(keys.T[::-1])
+        rows = keys[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+        inverse = np.empty(len(order), dtype=np.int64)
+        inverse[order] = np.cumsum(new) - 1
+        first = np.minimum.reduceat(order, np.flatnonzero(new))
     return [np.flatnonzero(inverse == k).tolist() for k in np.argsort(first)]  # by first node
 
 

@@ -220,7 +220,7 @@ class EaCO(AllocationPolicy):
         # (a node that booted counts), no setting changed and no observation came due: nothing changes.
         due = any(view.now + 1e-6 >= t for t, _, _ in self.watch.values())
         if self._settled and not due and not view.changes.any:
-            return Decision(keep=running, wake_at=self._next_watch(view))
+            return Decision(keep_all=True, wake_at=self._next_watch(view))
         plan = Plan(view)
         # GPU sets in use: set -> jobs on it (running now, then as planned this decision).
         sets: dict[tuple, list[int]] = {}

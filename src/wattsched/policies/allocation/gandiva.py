@@ -80,6 +80,7 @@ class Gandiva(AllocationPolicy):
         self.perf = ctx.perf
         self.spec = ctx.spec
         self.slot_start = np.full(len(ctx.jobs), -np.inf)  # when each job last (re)started by this policy
+        self._fits_as_left = False  # the last decision was not oversubscribed (see `allocate`)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -149,6 +150,12 @@ class Gandiva(AllocationPolicy):
 
     # --- the slice ------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
+        # Not oversubscribed at the last decision, and nothing changed since: the same jobs fit the same capacity,
+        # and what could not be unpacked or started then (placement fails only for lack of free capacity) cannot
+        # now, with only that decision's own starts and moves taken since.
+        if self._fits_as_left and not view.changes.any:
+            return Decision(keep_all=True)
+        self._fits_as_left = False
         running = view.running_jobs()
         pending = view.pending_jobs()
         active = np.concatenate([running, pending])
@@ -160,6 +167,7 @@ class Gandiva(AllocationPolicy):
             self._unpack(view, plan, running)
             for job in pending.tolist():
                 self._start_single(view, plan, job)
+            self._fits_as_left = self.placement.monotone_failures
             return self._mark_starts(view, plan.decision(running))
         units = self._units(view, active)
         # Waited longest since it last ran first; running units count as just run.

@@ -191,6 +191,8 @@ class _GavelFifo(AllocationPolicy):
         pending = view.pending_jobs()
         if running.size == 0 and pending.size == 0:
             return Decision()
+        if not self.packing and pending.size == 0:
+            return Decision(keep_all=True)  # strict FIFO with nobody waiting: nothing to start
         plan = Plan(view)
         self._waking = np.where(view.power_state != ON, view.spec.gpu_count, 0)
         if not self.packing:

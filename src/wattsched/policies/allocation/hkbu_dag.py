@@ -163,10 +163,10 @@ class HkbuDag(AllocationPolicy):
         return pending[np.lexsort((np.arange(pending.size), *reversed(keys[self.order])))]
 
     def allocate(self, view: ClusterView) -> Decision:
-        running = view.running_jobs()
         pending = view.pending_jobs()
         if pending.size == 0:
-            return Decision(keep=running)
+            return Decision(keep_all=True)
+        running = view.running_jobs()
         load, comm = self._node_state(view, running)
         self.placement.node_load, self.placement.node_comm = load, comm
         plan = Plan(view)

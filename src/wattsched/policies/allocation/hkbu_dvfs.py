@@ -150,8 +150,10 @@ class HkbuDvfsAllocation(AllocationPolicy):
         return levels.settings[best]
 
     def allocate(self, view: ClusterView) -> Decision:
-        plan = Plan(view)
         pending = view.pending_jobs()
+        if pending.size == 0:
+            return Decision(keep_all=True)  # nothing to start: nothing to slow down or speed up
+        plan = Plan(view)
         started: list[int] = []
         unplaced: list[int] = []
         for job in pending[np.argsort(self.position[pending], kind="stable")].tolist():
@@ -169,7 +171,7 @@ class HkbuDvfsAllocation(AllocationPolicy):
                 self.chosen[job] = 1.0
             if setting != DEFAULT_SETTING:
                 plan.assign[job] = Target(target.placement, target.share_milli, setting)
-        return plan.decision(view.running_jobs())
+        return plan.decision()
 
     def _full_speed(self, view: ClusterView, plan: Plan) -> None:
         """Retune running jobs below default clocks back to the default (no restart: a retune has no delay)."""

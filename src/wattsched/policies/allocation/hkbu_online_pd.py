@@ -249,7 +249,6 @@ class HkbuOnlinePd(AllocationPolicy):
     def allocate(self, view: ClusterView) -> Decision:
         online = self.pd
         assert online is not None  # made by bind
-        running = view.running_jobs()
         reject: list[int] = []
         new = self._new_arrivals(view)
         work = view.remaining_work(np.asarray(new, dtype=np.int64)).tolist() if new else []
@@ -282,8 +281,8 @@ class HkbuOnlinePd(AllocationPolicy):
         if self._due and self._due[0][0] != self._wake_asked:
             wake = self._wake_asked = self._due[0][0]
         if not assign and not reject and wake is None:
-            return Decision(keep=running)
-        return Decision(keep=running, assign=assign, reject=reject, wake_at=wake)
+            return Decision(keep_all=True)
+        return Decision(keep_all=True, assign=assign, reject=reject, wake_at=wake)
 
     def _place_ready(self, view: ClusterView) -> dict[int, Target]:
         plan = Plan(view)

@@ -108,7 +108,7 @@ class OptimusGreedy(AllocationPolicy):
                 push(heap, (-unit[n] * remaining[j], j))
         held = dict(zip(running.tolist(), view.held_gpus(running).tolist(), strict=True))
         if not pending.size and all(gpus[j] == h for j, h in held.items()):
-            return Decision(keep=running)  # nothing changes this round
+            return Decision(keep_all=True)  # nothing changes this round
         return self._place(view, running, gpus)
 
     def _unit_gains(self, job: int) -> list[float]:

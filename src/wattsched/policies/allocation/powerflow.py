@@ -253,7 +253,7 @@ class PowerFlow(AllocationPolicy):
         self._update_multiplier(view)
         left = self._left_j(view)
         if signature == self._last_signature and _close(left, self._last_left) and not view.changes.any:
-            return Decision(keep=running)
+            return Decision(keep_all=True)
         self._last_signature, self._last_left = signature, left
         capacity = int(view.spec.gpu_count[view.state.available].sum())
         rem_p = view.remaining_work(pending)

@@ -22,9 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ...core.states import STATUS_RUNNING
+from ...core.cluster import MILLI
+from ...core.states import STATUS_PENDING, STATUS_RUNNING
 from ..contract import ALLOCATION_POLICIES, AllocationPolicy, BindContext, Capability, ClusterView, Decision
 from ..planning import Consolidated, Plan
+
+_FEW = 16  # waiting jobs put in order in plain Python; more in numpy
 
 
 @ALLOCATION_POLICIES.register("tiresias")
@@ -53,6 +56,18 @@ class Tiresias(AllocationPolicy):
         self.executed_offset = np.zeros(n)
         self.demand = ctx.jobs.num_gpu * ctx.jobs.gpu_milli / 1000.0
         self.submit = ctx.jobs.submit_s
+        self._submit = self.submit.tolist()
+        # Whole GPUs only: every sum of demands is an exact integer, so the sum kept from one decision to the next
+        # decides "everyone fits" exactly as the sum over all active jobs would.
+        self._whole = bool((ctx.jobs.gpu_milli % MILLI == 0).all())
+        self._gpus = (ctx.jobs.num_gpu * (ctx.jobs.gpu_milli // MILLI)).astype(np.int64).tolist()
+        # The waiting and running jobs, kept from the view's change journal (read afresh from position -1).
+        self._mark = -1
+        self._pending: set[int] = set()
+        self._running: set[int] = set()
+        self._ran_before: set[int] = set()  # waiting jobs that ran before: the only ones the guard can reset
+        self._active_gpus = 0  # GPUs asked for by the waiting and running jobs (whole GPUs only)
+        self._all_tried = False  # the last decision tried every waiting job on the capacity there was
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -64,26 +79,111 @@ class Tiresias(AllocationPolicy):
         }
 
     def allocate(self, view: ClusterView) -> Decision:
+        self._follow(view)
+        if not self._pending:
+            self._all_tried = False
+            return Decision(keep_all=True)
+        self._starvation_guard(view)
+        capacity = int(view.spec.gpu_count[view.state.available].sum())
+        if self._whole and self._active_gpus <= capacity:
+            return self._start_waiting(view)
+        self._all_tried = False
+        return self._by_priority(view, float(capacity))
+
+    def _follow(self, view: ClusterView) -> None:
+        """Bring the waiting and running sets (and their GPUs) up to date from the jobs that changed."""
+        changed, self._mark = view.job_changes(self._mark)
+        pending, running, ran_before, gpus = self._pending, self._running, self._ran_before, self._gpus
+        if changed is None:
+            waiting, holding = view.pending_jobs().tolist(), view.running_jobs().tolist()
+            pending.clear()
+            pending.update(waiting)
+            running.clear()
+            running.update(holding)
+            ran_before.clear()
+            ran_before.update(j for j in waiting if view.previous_placement(j) is not None)
+            self._active_gpus = sum(gpus[j] for j in waiting) + sum(gpus[j] for j in holding)
+            return
+        if not changed:
+            return
+        status = view.status
+        active = self._active_gpus
+        for job in changed if len(changed) == 1 else dict.fromkeys(changed):
+            state = status[job]
+            if state == STATUS_PENDING:
+                if job not in pending:  # arrived, or stopped
+                    if job in running:
+                        running.discard(job)
+                    else:
+                        active += gpus[job]
+                    pending.add(job)
+                    if view.previous_placement(job) is not None:
+                        ran_before.add(job)
+            elif state == STATUS_RUNNING and view.target(job) is not None:
+                if job not in running:  # started
+                    if job in pending:
+                        pending.discard(job)
+                        ran_before.discard(job)
+                    else:
+                        active += gpus[job]
+                    running.add(job)
+            elif job in pending:  # rejected
+                pending.discard(job)
+                ran_before.discard(job)
+                active -= gpus[job]
+            elif job in running:  # completed
+                running.discard(job)
+                active -= gpus[job]
+        self._active_gpus = active
+
+    def _starvation_guard(self, view: ClusterView) -> None:
+        """Waiting jobs that have waited, since they last ran, `knob` x their executed time go back to Q0."""
+        if not self._ran_before:
+            return  # a job that never ran has executed nothing: the guard cannot apply
+        waiting = np.array(sorted(self._ran_before), dtype=np.int64)
+        executed = view.executed_seconds(waiting) - self.executed_offset[waiting]
+        waited = view.now - view.last_stop_s(waiting)
+        starved = (executed > 0) & (waited >= self.knob * executed)
+        if starved.any():
+            jobs = waiting[starved]
+            self.service_offset[jobs] = view.attained_gpu_seconds(jobs)
+            self.executed_offset[jobs] = view.executed_seconds(jobs)
+
+    def _start_waiting(self, view: ClusterView) -> Decision:
+        """Everyone fits: nobody is preempted; the waiting jobs are placed in priority order (queue, then
+        submission), on what the running jobs leave."""
+        # Nothing changed since the last decision tried them all: those it could not place fit no better now
+        # (placement fails only for lack of free capacity, and capacity has only been taken since).
+        if self._all_tried and not view.changes.any:
+            return Decision(keep_all=True)
+        plan = Plan(view)
+        for job in self._priority_order(view):
+            plan.place(job, self.placement)
+        self._all_tried = self.placement.monotone_failures
+        return plan.decision()
+
+    def _priority_order(self, view: ClusterView) -> list[int]:
+        """The waiting jobs by queue, then submission, then index (as the lexsort over all jobs orders them)."""
+        submit = self._submit
+        if len(self._pending) > _FEW or self._ran_before:
+            waiting = np.array(sorted(self._pending), dtype=np.int64)
+            service = view.attained_gpu_seconds(waiting) - self.service_offset[waiting]
+            queue = np.searchsorted(self.thresholds, service, side="right")
+            return waiting[np.lexsort((self.submit[waiting], queue))].tolist()
+        # A few jobs that never ran: no service attained, no offset, so all in one queue.
+        return sorted(self._pending, key=lambda j: (submit[j], j))
+
+    def _by_priority(self, view: ClusterView, capacity: float) -> Decision:
+        """Walk the jobs in priority order: a job runs if its GPUs fit in what the jobs before it left."""
         running = view.running_jobs()
         pending = view.pending_jobs()
-        if pending.size == 0:
-            return Decision(keep=running)
         active = np.concatenate([running, pending])
         is_running = np.zeros(active.size, dtype=bool)
         is_running[: running.size] = True
-        # Starvation guard: long-waiting pending jobs go back to Q0.
-        executed = view.executed_seconds(pending) - self.executed_offset[pending]
-        waited = view.now - view.last_stop_s(pending)
-        starved = (executed > 0) & (waited >= self.knob * executed)
-        if starved.any():
-            jobs = pending[starved]
-            self.service_offset[jobs] = view.attained_gpu_seconds(jobs)
-            self.executed_offset[jobs] = view.executed_seconds(jobs)
         service = view.attained_gpu_seconds(active) - self.service_offset[active]
         queue = np.searchsorted(self.thresholds, service, side="right")
         order = np.lexsort((self.submit[active], ~is_running, queue))
         demand = self.demand[active][order]
-        capacity = float(view.spec.gpu_count[view.state.available].sum())
         plan = Plan(view)
         if float(demand.sum()) <= capacity:
             # Everyone fits: nobody is preempted; place the pending jobs in priority order.
