@@ -203,6 +203,23 @@ def test_gandiva_pairs_when_packing_beats_time_slicing_and_memory_fits():
     assert policy.packings == 0 and all(s[3] == 1000 for j in (0, 1) for s in holds(sim, j))
 
 
+def test_gandiva_pairs_a_newcomer_with_a_running_job_only_where_its_cpu_fits_beside():
+    """A job that runs alone and a newcomer it would pair with: the newcomer's CPU must fit beside the host's on
+    the host's node (it used to be taken unchecked: over-allocation of CPU, the run stopped)."""
+    node = make_cluster([(1, "T4", 10_000, 262_144)])
+    jobs = table([1, 1], [0.0, 10.0], [150.0, 150.0], models=["ncf", "ncf"], cpu_milli=[6_000, 6_000])
+    policy = Gandiva()
+    sim, _ = run(policy, jobs, node)  # check_invariants on: no over-allocation anywhere
+    assert policy.packings == 0  # 6 + 6 cores do not fit 10: the newcomer waits for the GPU
+    assert holds(sim, 0) == [(0.0, 150.0, ((0, (0,)),), 1000)]
+    assert spans(sim, 1)[0][0] >= 150.0
+    # with room for both, they pair on the running job's GPU
+    jobs = table([1, 1], [0.0, 10.0], [150.0, 150.0], models=["ncf", "ncf"], cpu_milli=[4_000, 4_000])
+    policy = Gandiva()
+    sim, _ = run(policy, jobs, node)
+    assert policy.packings == 1 and holds(sim, 1)[0][2:] == (((0, (0,)),), 500)
+
+
 def test_gandiva_unpacks_when_gpus_free_up():
     # three ncf jobs on two T4: demand 3 > 2, so two share GPU 0; when the third ends (100 s) one of the pair
     # moves to the freed GPU (a migration: 2 + 27 + 2 x (log2 1 + 1) s + 2 x 0.048 GB / 1 GB/s = 31.096 s)

@@ -146,6 +146,15 @@ class Plan:
                 return False
         return True
 
+    def fits_together(self, first: Placement, second: Placement, share: int) -> bool:
+        """Two placements on the same GPUs (the second from :func:`on_same_gpus`), each at `share`, at once: their
+        GPU shares and their nodes' CPU and memory add up."""
+        combined = tuple(
+            NodeShare(a.node, a.gpus, a.cpu_milli + b.cpu_milli, a.memory_mib + b.memory_mib)
+            for a, b in zip(first, second, strict=True)
+        )
+        return self.is_free(combined, 2 * share)
+
     def take(self, job: int, target: Target) -> None:
         state = self.state  # writes the take before, if any
         milli = target.share_milli

@@ -251,10 +251,12 @@ class Gandiva(AllocationPolicy):
             other = b if host == a else a
             held = held_target(view, host)
             placement = held.placement
+            mate = on_same_gpus(view, other, placement)
             plan.release(host)
-            if plan.is_free(placement, PAIR_SHARE):
+            # both at once: the newcomer's CPU and memory must fit beside the host's on its nodes
+            if plan.fits_together(placement, mate, PAIR_SHARE):
                 plan.take(host, Target(placement, PAIR_SHARE, held.setting))
-                plan.take(other, Target(on_same_gpus(view, other, placement), PAIR_SHARE))
+                plan.take(other, Target(mate, PAIR_SHARE))
                 self.packings += 1
             else:
                 plan.restore(host)
