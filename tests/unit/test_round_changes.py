@@ -69,7 +69,7 @@ def test_a_policy_keeps_the_job_sets_from_the_journal_on_every_backend(kind, kee
     if keep == 1:
         assert policy.rebuilds > policy.binds
     else:
-        assert 1 <= policy.rebuilds <= policy.binds
+        assert policy.binds >= policy.rebuilds >= 1
 
 
 def test_the_journal_lists_each_change_and_refuses_a_position_it_no_longer_reaches():
