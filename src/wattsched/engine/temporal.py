@@ -10,7 +10,7 @@ The simulator is one backend of the policy contract (``policies.contract``): it 
 a job holds over its life is written to the :class:`~.alloc_log.AllocationLog`, from which energy and the job table
 are derived after the run.
 
-This file stays whole at ~870 lines: it is one class, the event loop and the per-job arrays every step of it
+This file stays whole at ~890 lines: it is one class, the event loop and the per-job arrays every step of it
 updates (start, stop, move, rates, completions), and its invariants (a job's version, its completion event, its
 allocation id) hold across those methods; the view and the actions, the allocation log, the ledger, the meter and
 node power are already modules of their own.

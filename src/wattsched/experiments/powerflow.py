@@ -205,7 +205,7 @@ def prepare(cfg: PowerFlowConfig) -> Prepared:
 
 @functools.lru_cache(maxsize=4)
 def _prepared(cfg_json: str) -> Prepared:
-    # tables, sections and plots of one run each need it: the workload is loaded once more, not three times
+    # the grid, its second round, the tables, sections and plots all need it: the workload is loaded once
     return prepare(PowerFlowConfig.model_validate_json(cfg_json))
 
 
@@ -290,7 +290,7 @@ class PowerFlowExperiment(Experiment):
         """The first round: every baseline at every clock cap and PowerFlow without a budget, per power manager
         and seed (the second, :meth:`next_cells`, uses their energies as budgets)."""
         assert isinstance(cfg, PowerFlowConfig)
-        prep = prepare(cfg)
+        prep = _prepared(cfg.model_dump_json())
         cells = []
         for pm in prep.power_managers:
             setup = replace(prep.setup, power_manager=pm)
