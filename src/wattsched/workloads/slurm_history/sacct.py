@@ -1,0 +1,912 @@
+"""``sacct`` output (``--parsable2`` or ``--json``) read into a :class:`SlurmHistory` (docs/whatif.md §2).
+
+The parsable reader streams: the file is read in blocks of whole lines, each block checked (UTF-8, NUL bytes,
+field counts, with file lines in the errors) and parsed column-wise by pyarrow, and only the per-job columns
+are kept, so a history of a million jobs and their steps is read in bounded memory besides the jobs themselves.
+
+Folding rules (the same for both formats):
+
+- a step (``123.batch``, ``123.extern``, ``123.0``, ``123_4.batch``) is never a job: its ConsumedEnergyRaw is
+  summed into its job's when the job's own line has none;
+- an array task (``123_4``) is a job with id ``123_4``; a pending array range (``123_[5-10]``) is one pending job;
+- the components of a heterogeneous job (``123+0``, ``123+1``) fold into one job ``123``: GPUs, nodes and energy
+  summed, the earliest submit and start, the latest end, the leader's (``+0``) state, user and partition;
+- a job listed several times (``sacct --duplicates``: requeued, preempted or node-failed runs) keeps its last
+  record, the count of earlier ones goes to the notes;
+- a job that never started (``Start`` Unknown/None) is kept with ``start_s`` NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core.errors import InputError
+from ..reading import _field_count_error, _line_at
+from ..validate import one_line
+from . import JOB_STATES, RECORDED_COLUMNS, SlurmHistory
+from ._slurm_text import DURATION_PATTERN, MEMORY_UNITS_MIB, STATE_ALIASES, map_state, parse_duration
+
+# Columns beyond RECORDED_COLUMNS that the readers also fill (what the replay's job table can use).
+EXTRA_COLUMNS = (
+    "num_cpu",  # int: CPUs allocated (AllocTRES cpu=), 0 when not recorded
+    "memory_mib",  # float: memory allocated (AllocTRES mem=), NaN when not recorded
+    "gpu_type",  # str: Slurm's GPU type name from gres/gpu:<type>= ("" when untyped)
+    "requeues",  # int: earlier records of the job dropped (sacct --duplicates)
+)
+
+# sacct --format for the parsable reader (docs/whatif.md §1).
+SACCT_FIELDS = (
+    "JobID", "JobIDRaw", "User", "Account", "Partition", "Submit", "Start", "End", "Elapsed", "State",
+    "AllocTRES", "ReqTRES", "NodeList", "NNodes", "Timelimit", "ConsumedEnergyRaw",
+)  # fmt: skip
+REQUIRED_FIELDS = ("JobID", "Submit", "Start", "End", "State")
+# Read when present (besides SACCT_FIELDS): ElapsedRaw (s) and TimelimitRaw (min) are exact where the text
+# forms are not needed.
+OPTIONAL_EXTRA_FIELDS = ("ElapsedRaw", "TimelimitRaw")
+_USED_FIELDS = tuple(dict.fromkeys(SACCT_FIELDS + OPTIONAL_EXTRA_FIELDS))
+
+BLOCK_BYTES = 16 << 20
+NOT_A_TIME = ("Unknown", "None", "", "N/A")
+
+_JOBID_PATTERN = r"^(?P<key>[^.+\s]+)(?P<het>\+[0-9]+)?(?P<step>\.[^\s]+)?$"
+_EPOCH_PATTERN = r"^[0-9]+$"
+
+Progress = Callable[[int, int], None]
+
+
+def read_sacct(
+    path: str | Path, fmt: str = "auto", progress: Progress | None = None, tz: str = "UTC"
+) -> SlurmHistory:
+    """Read ``sacct --parsable2`` or ``sacct --json`` output.
+
+    ``fmt``: ``auto`` (JSON when the file starts with ``{``), ``parsable2`` or ``json``. ``tz``: the time zone
+    of sacct's timestamps (it writes local wall time without a zone; UTC by default; an IANA name such as
+    ``Europe/Berlin``); JSON times are epoch seconds and need none. ``progress(bytes_done, bytes_total)`` is
+    called after each block.
+    """
+    path = Path(path)
+    if fmt not in ("auto", "parsable2", "json"):
+        raise ValueError(f"fmt must be auto, parsable2 or json, got {fmt!r}")
+    _check_tz(tz)
+    first = _first_bytes(path)
+    if fmt == "auto":
+        fmt = "json" if first.lstrip()[:1] in (b"{", b"[") else "parsable2"
+    if fmt == "json":
+        return _read_json(path, progress)
+    return _read_parsable(path, progress, tz)
+
+
+# -- shared ----------------------------------------------------------------------------------------------------
+
+
+def _check_tz(tz: str) -> None:
+    import pandas as pd
+
+    try:
+        pd.Timestamp(0).tz_localize(tz)
+    except Exception:
+        raise InputError("--tz", None, None, f"unknown time zone {tz!r} (an IANA name such as UTC)") from None
+
+
+def _first_bytes(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except FileNotFoundError:
+        raise InputError(path, None, None, "file not found") from None
+    except IsADirectoryError:
+        raise InputError(path, None, None, "is a directory, expected sacct output") from None
+    except OSError as exc:
+        raise InputError(path, None, None, f"cannot read the file: {one_line(exc.strerror or exc)}") from None
+    if not head.strip():
+        raise InputError(path, 1, None, "file is empty")
+    return head
+
+
+def _finish(jobs, path: Path, notes: list[str], state_raw_unknown: dict[str, int]) -> SlurmHistory:
+    """Fold heterogeneous components, re-base times, count states; ``jobs`` is a pandas frame of kept records
+    with ``key``, ``het`` (component offset, -1 when not heterogeneous) and epoch-second times."""
+    import pandas as pd
+
+    if len(jobs) == 0:
+        raise InputError(path, None, None, "contains no jobs (only job steps or a header)")
+    jobs = jobs[list(_JOB_FRAME_COLUMNS)]
+    het_mask = jobs["het"].to_numpy() >= 0
+    if het_mask.any():
+        jobs = _fold_het(jobs, het_mask, notes)
+    submit = jobs["submit_epoch"].to_numpy(dtype=np.float64)
+    origin = float(np.nanmin(submit))
+    start = jobs["start_epoch"].to_numpy(dtype=np.float64) - origin
+    end = jobs["end_epoch"].to_numpy(dtype=np.float64) - origin
+    submit = submit - origin
+    recorded = pd.DataFrame(
+        {
+            "job_id": jobs["key"].to_numpy(dtype=object),
+            "user": _text_column(jobs["user"]),
+            "account": _text_column(jobs["account"]),
+            "partition": _text_column(jobs["partition"]),
+            "state": _text_column(jobs["state"]),
+            "submit_s": submit,
+            "start_s": start,
+            "end_s": end,
+            "wait_s": start - submit,
+            "elapsed_s": jobs["elapsed_s"].to_numpy(dtype=np.float64),
+            "timelimit_s": jobs["timelimit_s"].to_numpy(dtype=np.float64),
+            "num_gpu": jobs["num_gpu"].to_numpy(dtype=np.int64),
+            "num_nodes": jobs["num_nodes"].to_numpy(dtype=np.int64),
+            "node_list": _text_column(jobs["node_list"]),
+            "energy_j": jobs["energy_j"].to_numpy(dtype=np.float64),
+            "measured_power_w": np.full(len(jobs), np.nan),
+            "num_cpu": jobs["num_cpu"].to_numpy(dtype=np.int64),
+            "memory_mib": jobs["memory_mib"].to_numpy(dtype=np.float64),
+            "gpu_type": _text_column(jobs["gpu_type"]),
+            "requeues": jobs["requeues"].to_numpy(dtype=np.int64),
+        },
+        columns=[*RECORDED_COLUMNS, *EXTRA_COLUMNS],
+    )
+    counts = recorded["state"].value_counts()
+    state_counts = {s: int(counts[s]) for s in JOB_STATES if s in counts.index}
+    if state_raw_unknown:
+        listed = ", ".join(f"{k} ({v})" for k, v in sorted(state_raw_unknown.items()))
+        notes.append(f"states not in Slurm's list counted as OTHER: {listed}")
+    never = int(np.isnan(start).sum())
+    if never:
+        notes.append(f"{never} job(s) never started (Start Unknown/None): kept with start_s NaN")
+    energy = recorded["energy_j"].to_numpy()
+    if np.isfinite(energy).any():
+        notes.append(f"ConsumedEnergyRaw recorded for {int(np.isfinite(energy).sum())} of {len(recorded)} jobs")
+    else:
+        notes.append("no job has ConsumedEnergyRaw (no acct_gather_energy plugin): energy_j is NaN")
+    notes.append("times re-based: the earliest submission is 0 s")
+    origin_iso = pd.Timestamp(origin, unit="s", tz="UTC").isoformat()
+    return SlurmHistory(
+        recorded=recorded, time_origin_utc=origin_iso, state_counts=state_counts, notes=notes, source=str(path)
+    )
+
+
+_JOB_FRAME_COLUMNS = (
+    "key", "het", "line", "user", "account", "partition", "state", "submit_epoch", "start_epoch", "end_epoch",
+    "elapsed_s", "timelimit_s", "num_gpu", "num_nodes", "node_list", "energy_j", "num_cpu", "memory_mib",
+    "gpu_type", "requeues",
+)  # fmt: skip
+
+
+def _text_column(col) -> np.ndarray:
+    import pandas as pd
+
+    s = col if isinstance(col, pd.Series) else pd.Series(col)
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        s = s.astype(object)
+    return s.fillna("").to_numpy(dtype=object)
+
+
+def _fold_het(jobs, het_mask: np.ndarray, notes: list[str]):
+    """One row per heterogeneous job: sums and extremes over its components (leader's labels)."""
+    import pandas as pd
+
+    het = jobs.loc[het_mask].sort_values(["key", "het"], kind="stable")
+    grouped = het.groupby("key", sort=False)
+
+    def nan_min(s):
+        return s.min(skipna=True)
+
+    def nan_sum(s):
+        return s.sum(min_count=1)
+
+    folded = grouped.agg(
+        user=("user", "first"),
+        account=("account", "first"),
+        partition=("partition", lambda s: ",".join(dict.fromkeys(x for x in s if x))),
+        state=("state", "first"),
+        submit_epoch=("submit_epoch", nan_min),
+        start_epoch=("start_epoch", nan_min),
+        end_epoch=("end_epoch", "max"),
+        elapsed_s=("elapsed_s", "max"),
+        timelimit_s=("timelimit_s", "max"),
+        num_gpu=("num_gpu", "sum"),
+        num_nodes=("num_nodes", "sum"),
+        node_list=("node_list", lambda s: ",".join(dict.fromkeys(x for x in s if x))),
+        energy_j=("energy_j", nan_sum),
+        num_cpu=("num_cpu", "sum"),
+        memory_mib=("memory_mib", nan_sum),
+        gpu_type=("gpu_type", lambda s: next((x for x in s if x), "")),
+        requeues=("requeues", "sum"),
+        line=("line", "first"),
+    ).reset_index()
+    span = folded["end_epoch"] - folded["start_epoch"]
+    folded["elapsed_s"] = np.where(np.isfinite(span), np.maximum(span, folded["elapsed_s"]), folded["elapsed_s"])
+    folded["het"] = -1
+    notes.append(
+        f"{len(folded)} heterogeneous job(s) ({len(het)} components, JobID 123+0, 123+1, ...) folded into one "
+        "job each: GPUs, nodes and energy summed, earliest submit and start, latest end, the leader's state"
+    )
+    rest = jobs.loc[~het_mask]
+    out = pd.concat([rest, folded[rest.columns]], ignore_index=True)
+    return out.sort_values("line", kind="stable").reset_index(drop=True)
+
+
+# -- parsable2 -------------------------------------------------------------------------------------------------
+
+
+def _read_parsable(path: Path, progress: Progress | None, tz: str) -> SlurmHistory:
+    import pyarrow as pa
+
+    total = path.stat().st_size
+    notes: list[str] = [f"read as sacct --parsable2 output; timestamps taken as local time in {tz}"]
+    with path.open("rb") as f:
+        header_bytes = f.readline()
+        header = _header(path, header_bytes)
+        columns = [c for c in header if c]
+        missing = [c for c in REQUIRED_FIELDS if c not in columns]
+        found = one_line(", ".join(columns))
+        if missing:
+            hint = " (is this sacct --parsable2 output with its header line? see docs/whatif.md §1)"
+            raise InputError(path, 1, missing[0], f"missing required column (found: {found}){hint}")
+        if "AllocTRES" not in columns and "ReqTRES" not in columns:
+            raise InputError(path, 1, "AllocTRES", f"missing required column (found: {found}); or ReqTRES")
+        absent = [c for c in SACCT_FIELDS if c not in columns]
+        if absent:
+            notes.append("sacct fields not in the file (left empty): " + ", ".join(absent))
+        names = _unique_names(header)
+        state = _BlockState()
+        job_tables: list[pa.Table] = []
+        step_tables: list[pa.Table] = []
+        first_line = 2
+        done = len(header_bytes)
+        carry = b""
+        while True:
+            data = f.read(BLOCK_BYTES)
+            if not data:
+                block, carry = carry, b""
+            else:
+                data = carry + data
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = data
+                    continue
+                block, carry = data[:cut], data[cut:]
+            if block:
+                jobs_t, steps_t, n_lines = _parse_block(path, block, first_line, names, header, state, tz)
+                if jobs_t is not None:
+                    job_tables.append(jobs_t)
+                if steps_t is not None:
+                    step_tables.append(steps_t)
+                first_line += n_lines
+                done += len(block)
+                if progress is not None:
+                    progress(done, total)
+            if not data:
+                break
+    return _assemble(path, job_tables, step_tables, notes, state.unknown_states)
+
+
+def _header(path: Path, header_bytes: bytes) -> list[str]:
+    try:
+        text = header_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, 1, None, f"not UTF-8 text: {exc}") from None
+    text = text.rstrip("\r\n")
+    if not text.strip():
+        raise InputError(path, 1, None, "the header line is empty (expected sacct's field names)")
+    if "|" not in text and text.strip() not in REQUIRED_FIELDS:
+        raise InputError(
+            path, 1, None, "no '|' in the header line: expected sacct --parsable2 output (docs/whatif.md §1)"
+        )
+    fields = [c.strip() for c in text.split("|")]
+    return fields
+
+
+def _unique_names(header: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for i, name in enumerate(header):
+        base = name or f"_empty{i}"  # `sacct --parsable` (-p) ends each line with '|': an empty last field
+        seen[base] = seen.get(base, 0) + 1
+        out.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return out
+
+
+class _BlockState:
+    """What one block hands the next: the last job record seen (its steps may continue into the next block)."""
+
+    def __init__(self) -> None:
+        self.last_record = ""
+        self.last_line = 0
+        self.unknown_states: dict[str, int] = {}
+
+
+def _line_layout(path: Path, block: bytes, first_line: int, expected: int) -> np.ndarray:
+    """Indices of the block's non-blank lines; raises for a line with the wrong number of fields."""
+    buf = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if ends.size == 0 or ends[-1] != len(block) - 1:
+        ends = np.append(ends, len(block))
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    seps = np.flatnonzero(buf == ord("|"))
+    counts = np.diff(np.searchsorted(seps, ends), prepend=0) + 1
+    odd = np.flatnonzero(counts != expected)
+    blank = []
+    for i in odd:  # blank lines (empty or whitespace) are allowed; few lines are odd
+        if block[starts[i] : ends[i]].strip():
+            err = _field_count_error(path, first_line + int(i), "|", expected, int(counts[i]))
+            hint = ""
+            if counts[i] > expected:
+                hint = " (a '|' inside a field, e.g. JobName? leave it out of --format)"
+            raise InputError(err.path, err.line, None, err.message + hint)
+        blank.append(int(i))
+    keep = np.ones(len(ends), dtype=bool)
+    keep[blank] = False
+    return np.flatnonzero(keep)
+
+
+def _parse_block(
+    path: Path,
+    block: bytes,
+    first_line: int,
+    names: list[str],
+    header: list[str],
+    state: _BlockState,
+    tz: str,
+):
+    """Parse one block of whole lines: (job rows, step energies, lines in the block)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, first_line - 1 + _line_at(block, exc.start), None, f"not UTF-8 text: {exc}") from None
+    nul = block.find(b"\x00")
+    if nul >= 0:
+        raise InputError(path, first_line - 1 + _line_at(block, nul), None, "contains a NUL byte: not a text file")
+    n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+    kept = _line_layout(path, block, first_line, len(names))
+    if kept.size == 0:
+        return None, None, n_lines
+    if kept.size != n_lines:  # drop blank lines (rare) so that pyarrow sees whole rows only
+        lines_text = block.split(b"\n")
+        block = b"\n".join(lines_text[i] for i in kept) + b"\n"
+    lines = (first_line + kept).astype(np.int64)
+    include = [n for n in names if n in _USED_FIELDS]
+    table = pacsv.read_csv(
+        pa.py_buffer(block),
+        read_options=pacsv.ReadOptions(column_names=names, use_threads=True),
+        parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False, double_quote=False, escape_char=False),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=include,
+            column_types=dict.fromkeys(include, pa.string()),
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    errors = _Errors(path, lines)
+
+    def col(name: str):
+        if name in table.column_names:
+            return pc.utf8_trim_whitespace(table.column(name).combine_chunks())
+        return pa.array([""] * table.num_rows, type=pa.string())
+
+    jobid = col("JobID")
+    parts = pc.extract_regex(jobid, _JOBID_PATTERN)
+    bad_id = pc.is_null(parts).to_numpy(zero_copy_only=False)
+    errors.flag(bad_id, "JobID", "{value!r} is not a Slurm job id (123, 123_4, 123+0, 123.batch)", jobid)
+    errors.raise_first()
+    key = pc.struct_field(parts, "key")
+    het_text = pc.struct_field(parts, "het")
+    step_text = pc.struct_field(parts, "step")
+    is_step = pc.not_equal(step_text, "").to_numpy(zero_copy_only=False)
+    record = pc.binary_join_element_wise(key, het_text, "")  # the job's id without the step
+
+    # Steps: energy summed per (record, owner) where the owner is the nearest preceding job line of that record
+    # (sacct prints each record's steps under it; with --duplicates a requeued job's runs each have theirs).
+    idx = np.arange(len(lines))
+    last_job = np.maximum.accumulate(np.where(~is_step, idx, -1))
+    record_np = record.to_numpy(zero_copy_only=False)
+    owner_record = np.where(last_job >= 0, record_np[np.maximum(last_job, 0)], state.last_record)
+    owner_line = np.where(last_job >= 0, lines[np.maximum(last_job, 0)], state.last_line)
+    owner_line = np.where(owner_record == record_np, owner_line, 0)  # 0: no record above it (an orphan step)
+    steps_t = None
+    if is_step.any():
+        energy_all = _numbers(errors, col("ConsumedEnergyRaw"), "ConsumedEnergyRaw", is_step)
+        errors.raise_first()
+        sel = np.flatnonzero(is_step)
+        steps_t = pa.table(
+            {
+                "record": pa.array(record_np[sel], type=pa.string()),
+                "owner_line": pa.array(owner_line[sel], type=pa.int64()),
+                "energy": pa.array(energy_all[sel], type=pa.float64(), from_pandas=True),
+            }
+        ).group_by(["record", "owner_line"]).aggregate([("energy", "sum"), ("energy", "count")])
+    job_rows = np.flatnonzero(~is_step)
+    if job_rows.size:
+        state.last_record = str(record_np[job_rows[-1]])
+        state.last_line = int(lines[job_rows[-1]])
+    if job_rows.size == 0:
+        return None, steps_t, n_lines
+
+    take = pa.array(job_rows)
+    jerr = _Errors(path, lines[job_rows])
+
+    def jcol(name: str):
+        return pc.take(col(name), take)
+
+    submit = _timestamps(jerr, jcol("Submit"), "Submit", tz, required=True)
+    start = _timestamps(jerr, jcol("Start"), "Start", tz)
+    end = _timestamps(jerr, jcol("End"), "End", tz)
+    elapsed = _durations(jerr, jcol("Elapsed"), "Elapsed")
+    if "ElapsedRaw" in table.column_names:
+        raw = _numbers(jerr, jcol("ElapsedRaw"), "ElapsedRaw")
+        elapsed = np.where(np.isfinite(raw), raw, elapsed)
+    timelimit = _durations(jerr, jcol("Timelimit"), "Timelimit")
+    if "TimelimitRaw" in table.column_names:
+        raw_min = _numbers(jerr, jcol("TimelimitRaw"), "TimelimitRaw", allow_words=True)
+        timelimit = np.where(np.isfinite(raw_min), raw_min * 60.0, timelimit)
+    no_elapsed = np.isnan(elapsed)
+    if no_elapsed.any():
+        run_end = end
+        elapsed = np.where(no_elapsed & np.isfinite(start) & np.isfinite(run_end), run_end - start, elapsed)
+        elapsed = np.where(np.isnan(elapsed) & np.isnan(start), 0.0, elapsed)
+    states = _states(jerr, jcol("State"), state)
+    alloc = jcol("AllocTRES")
+    req = jcol("ReqTRES")
+    tres = pc.if_else(pc.equal(alloc, ""), req, alloc)
+    gpus, gpu_type, cpus, mem, tres_nodes = _tres(jerr, tres, "AllocTRES")
+    nnodes = _numbers(jerr, jcol("NNodes"), "NNodes")
+    nnodes = np.where(np.isfinite(nnodes), nnodes, tres_nodes)
+    energy = _numbers(jerr, jcol("ConsumedEnergyRaw"), "ConsumedEnergyRaw")
+    jerr.raise_first()
+    het_num = pc.utf8_slice_codeunits(pc.take(het_text, take), 1)
+    het = pc.cast(pc.if_else(pc.equal(het_num, ""), "-1", het_num), pa.int64())
+    jobs_t = pa.table(
+        {
+            "key": pc.take(key, take),
+            "record": pc.take(record, take),
+            "het": het,
+            "line": pa.array(lines[job_rows]),
+            "user": pc.dictionary_encode(jcol("User")),
+            "account": pc.dictionary_encode(jcol("Account")),
+            "partition": pc.dictionary_encode(jcol("Partition")),
+            "state": pc.dictionary_encode(pa.array(states, type=pa.string())),
+            "submit_epoch": pa.array(submit),
+            "start_epoch": pa.array(start),
+            "end_epoch": pa.array(end),
+            "elapsed_s": pa.array(elapsed),
+            "timelimit_s": pa.array(timelimit),
+            "num_gpu": pa.array(np.nan_to_num(gpus).astype(np.int64)),
+            "num_nodes": pa.array(np.nan_to_num(nnodes).astype(np.int64)),
+            "node_list": pc.if_else(
+                pc.is_in(jcol("NodeList"), value_set=pa.array(["None assigned", "(null)", "None"])), "", jcol("NodeList")
+            ),
+            "line_energy": pa.array(energy),
+            "num_cpu": pa.array(np.nan_to_num(cpus).astype(np.int64)),
+            "memory_mib": pa.array(mem),
+            "gpu_type": pc.dictionary_encode(gpu_type),
+        }
+    )
+    return jobs_t, steps_t, n_lines
+
+
+class _Errors:
+    """The first bad value of a block, by file line (vectorised checks flag masks; one error is raised)."""
+
+    def __init__(self, path: Path, lines: np.ndarray):
+        self.path = path
+        self.lines = lines
+        self.best: tuple[int, str, str] | None = None
+
+    def flag(self, mask: np.ndarray, field: str, template: str, values) -> None:
+        if not mask.any():
+            return
+        i = int(np.flatnonzero(mask)[0])
+        line = int(self.lines[i])
+        if self.best is None or line < self.best[0]:
+            value = values[i].as_py() if hasattr(values, "to_numpy") else values[i]
+            self.best = (line, field, one_line(template.format(value=value)))
+
+    def raise_first(self) -> None:
+        if self.best is not None:
+            line, field, message = self.best
+            raise InputError(self.path, line, field, message)
+
+
+def _mask(arr) -> np.ndarray:
+    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _timestamps(errors: _Errors, text, field: str, tz: str, required: bool = False) -> np.ndarray:
+    """Epoch seconds of sacct's ``YYYY-MM-DDTHH:MM:SS`` (local wall time in ``tz``) or of plain epoch seconds
+    (``SLURM_TIME_FORMAT=%s``); NaN for Unknown/None/empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parsed = pc.strptime(text, format="%Y-%m-%dT%H:%M:%S", unit="s", error_is_null=True)
+    secs = pc.cast(parsed, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    is_epoch = _mask(pc.match_substring_regex(text, _EPOCH_PATTERN))
+    if is_epoch.any():
+        epoch = pc.cast(pc.if_else(pa.array(is_epoch), text, "0"), pa.float64()).to_numpy(zero_copy_only=False)
+    missing = _mask(pc.is_in(text, value_set=pa.array(NOT_A_TIME)))
+    bad = np.isnan(secs) & ~missing & ~is_epoch
+    errors.flag(bad, field, "{value!r} is not a timestamp", text)
+    if required:
+        errors.flag(missing & ~bad, field, "{value!r} is not a timestamp (this field is required)", text)
+    if tz != "UTC" and np.isfinite(secs).any():
+        secs = _local_to_utc(secs, tz)
+    if is_epoch.any():
+        secs = np.where(is_epoch, epoch, secs)
+    return secs
+
+
+def _local_to_utc(secs: np.ndarray, tz: str) -> np.ndarray:
+    """Naive wall-clock seconds in ``tz`` to epoch seconds. The repeated hour when clocks go back is taken as
+    its first pass (daylight time); a wall time skipped when clocks go forward is shifted forward."""
+    import pandas as pd
+
+    finite = np.isfinite(secs)
+    wall = pd.DatetimeIndex(pd.to_datetime(np.where(finite, secs, 0).astype(np.int64), unit="s"))
+    local = wall.tz_localize(tz, ambiguous=np.ones(len(wall), dtype=bool), nonexistent="shift_forward")
+    out = (local - pd.Timestamp(0, tz="UTC")).total_seconds().to_numpy(dtype=np.float64)
+    return np.where(finite, out, np.nan)
+
+
+def _durations(errors: _Errors, text, field: str) -> np.ndarray:
+    """Seconds of ``[D-]HH:MM:SS`` / ``MM:SS``; NaN for UNLIMITED, Partition_Limit and empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = pc.extract_regex(text, DURATION_PATTERN)
+    ok = ~_mask(pc.is_null(parts))
+    out = np.full(len(text), np.nan)
+    if ok.any():
+
+        def num(name: str) -> np.ndarray:
+            s = pc.struct_field(parts, name)
+            s = pc.if_else(pc.or_kleene(pc.is_null(s), pc.equal(s, "")), "0", s)
+            return pc.cast(s, pa.float64()).to_numpy(zero_copy_only=False)
+
+        total = num("days") * 86400 + num("hours") * 3600 + num("minutes") * 60 + num("seconds")
+        out = np.where(ok, total, np.nan)
+    words = _mask(pc.is_in(pc.utf8_upper(text), value_set=pa.array(["UNLIMITED", "PARTITION_LIMIT", "INVALID", ""])))
+    bad = ~ok & ~words
+    if bad.any():  # the rarer forms (D-HH, D-HH:MM) row by row; the rest is an error
+        values = text.to_pylist()
+        for i in np.flatnonzero(bad):
+            try:
+                out[i] = parse_duration(values[i])
+                bad[i] = False
+            except ValueError:
+                pass
+    errors.flag(bad, field, "{value!r} is not a duration ([D-]HH:MM:SS, MM:SS or UNLIMITED)", text)
+    return out
+
+
+def _numbers(errors: _Errors, text, field: str, rows: np.ndarray | None = None, allow_words: bool = False):
+    """Float values of a numeric column; NaN for empty (and for UNLIMITED-like words when ``allow_words``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    numeric = _mask(pc.match_substring_regex(text, r"^[0-9]+(\.[0-9]+)?$"))
+    values = pc.cast(pc.if_else(pa.array(numeric), text, "nan"), pa.float64()).to_numpy(zero_copy_only=False)
+    empty = _mask(pc.equal(text, ""))
+    bad = ~numeric & ~empty
+    if allow_words:
+        bad &= ~_mask(pc.is_in(pc.utf8_upper(text), value_set=pa.array(["UNLIMITED", "PARTITION_LIMIT", "INVALID"])))
+    if rows is not None:
+        bad &= rows
+    errors.flag(bad, field, "{value!r} is not a non-negative number", text)
+    return values
+
+
+def _states(errors: _Errors, text, state: _BlockState) -> np.ndarray:
+    """JOB_STATES names of sacct's State text ("CANCELLED by 1000" -> CANCELLED)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    word = pc.utf8_upper(pc.struct_field(pc.extract_regex(pc.if_else(pc.equal(text, ""), "?", text), r"^(?P<w>[A-Za-z_?]*)"), "w"))
+    uniq = pc.unique(word).to_pylist()
+    mapping = {}
+    for w in uniq:
+        mapped, known = map_state(w)
+        mapping[w] = mapped
+        if not known:
+            count = int(pc.sum(pc.equal(word, w)).as_py() or 0)
+            label = w if w not in ("", "?") else "(empty)"
+            state.unknown_states[label] = state.unknown_states.get(label, 0) + count
+    keys = pa.array(list(mapping))
+    vals = np.array(list(mapping.values()), dtype=object)
+    return vals[pc.index_in(word, value_set=keys).to_numpy(zero_copy_only=False)]
+
+
+_TRES_GPU = r"(?:^|,)gres/gpu=(?P<n>[0-9]+)(?:,|$)"
+_TRES_GPU_TYPED = r"(?:^|,)gres/gpu:(?P<t>[^=,]+)=(?P<n>[0-9]+)(?:,|$)"
+_TRES_CPU = r"(?:^|,)cpu=(?P<n>[0-9]+)(?:,|$)"
+_TRES_NODE = r"(?:^|,)node=(?P<n>[0-9]+)(?:,|$)"
+_TRES_MEM = r"(?:^|,)mem=(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<u>[KMGTP]?)(?:,|$)"
+
+
+def _tres(errors: _Errors, text, field: str):
+    """(gpus, gpu type, cpus, memory MiB, nodes) of TRES strings like ``cpu=8,mem=64G,node=1,gres/gpu=4``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def count(pattern: str) -> np.ndarray:
+        m = pc.struct_field(pc.extract_regex(text, pattern), "n")
+        return np.array(pc.cast(pc.fill_null(m, "nan"), pa.float64()).to_numpy(zero_copy_only=False))
+
+    gpus = count(_TRES_GPU)
+    typed = pc.extract_regex(text, _TRES_GPU_TYPED)
+    gpu_type = pc.fill_null(pc.struct_field(typed, "t"), "")
+    no_plain = np.isnan(gpus) & ~_mask(pc.is_null(typed))
+    if no_plain.any():  # only typed counts (gres/gpu:a100=2,gres/gpu:v100=1): their sum
+        values = text.to_pylist()
+        for i in np.flatnonzero(no_plain):
+            gpus[i] = sum(int(n) for _, n in re.findall(r"(?:^|,)gres/gpu:([^=,]+)=([0-9]+)", values[i]))
+    gpus = np.where(np.isnan(gpus), 0.0, gpus)
+    cpus = count(_TRES_CPU)
+    nodes = count(_TRES_NODE)
+    mem_parts = pc.extract_regex(text, _TRES_MEM)
+    mem_n = pc.cast(pc.fill_null(pc.struct_field(mem_parts, "n"), "nan"), pa.float64()).to_numpy(zero_copy_only=False)
+    mem_u = np.asarray(pc.fill_null(pc.struct_field(mem_parts, "u"), "").to_numpy(zero_copy_only=False), dtype=object)
+    scale = np.array([MEMORY_UNITS_MIB[u] for u in mem_u], dtype=np.float64) if len(mem_u) else np.ones(0)
+    mem = mem_n * scale
+    malformed = ~_mask(pc.match_substring_regex(text, r"^([A-Za-z_/:.0-9-]+=[^,=]*)?(,[A-Za-z_/:.0-9-]+=[^,=]*)*$"))
+    errors.flag(malformed, field, "{value!r} is not a TRES list (cpu=8,mem=64G,gres/gpu=4)", text)
+    return gpus, gpu_type, cpus, mem, nodes
+
+
+def _assemble(path: Path, job_tables, step_tables, notes: list[str], unknown_states: dict[str, int]) -> SlurmHistory:
+    """Keep each record's last line, add its steps' energy where its own line has none, build the history."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not job_tables:
+        raise InputError(path, None, None, "contains no jobs (only job steps or a header)")
+    jobs_t = pa.concat_tables(job_tables, promote_options="permissive")
+    job_tables.clear()
+    jobs = jobs_t.to_pandas(split_blocks=True, self_destruct=True)
+    del jobs_t
+    dup = jobs.duplicated("record", keep="last").to_numpy()
+    requeues = np.zeros(len(jobs), dtype=np.int64)
+    if dup.any():
+        dropped = jobs.loc[dup, "record"].value_counts()
+        jobs = jobs.loc[~dup].reset_index(drop=True)
+        requeues = jobs["record"].map(dropped).fillna(0).to_numpy(dtype=np.int64)
+        notes.append(
+            f"{int(dup.sum())} earlier record(s) of {len(dropped)} job(s) listed more than once (sacct --duplicates:"
+            " requeued, preempted or node-failed runs) dropped; the last record of each job kept"
+        )
+    jobs["requeues"] = requeues
+    energy = jobs["line_energy"].to_numpy(dtype=np.float64)
+    energy = np.where(energy > 0, energy, np.nan)  # sacct writes 0 where no energy plugin measured
+    if step_tables:
+        steps = pa.concat_tables(step_tables).to_pandas()
+        steps = steps.loc[steps["energy_count"] > 0]
+        if len(steps):
+            kept = jobs[["record", "line"]].reset_index()
+            merged = steps.merge(kept, on="record", how="inner")
+            own = (merged["owner_line"] == merged["line"]) | (merged["owner_line"] == 0)
+            per_job = merged.loc[own].groupby("index")["energy_sum"].sum()
+            from_steps = np.full(len(jobs), np.nan)
+            from_steps[per_job.index.to_numpy()] = per_job.to_numpy()
+            from_steps = np.where(from_steps > 0, from_steps, np.nan)
+            use = np.isnan(energy) & np.isfinite(from_steps)
+            if use.any():
+                notes.append(f"energy of {int(use.sum())} job(s) summed over their steps' ConsumedEnergyRaw")
+            energy = np.where(use, from_steps, energy)
+    jobs["energy_j"] = energy
+    array_ranges = int(jobs["key"].str.contains("[", regex=False).sum())
+    if array_ranges:
+        notes.append(f"{array_ranges} pending array range(s) (123_[5-10]) kept as one pending job each")
+    return _finish(jobs, path, notes, unknown_states)
+
+
+# -- JSON ------------------------------------------------------------------------------------------------------
+
+
+def _num(value: Any) -> float:
+    """A number from Slurm's JSON: plain, or 23.02+'s ``{"set", "infinite", "number"}``; NaN when unset,
+    infinite or null."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite", False):
+            return math.nan
+        value = value.get("number")
+    if value is None or isinstance(value, bool):
+        return math.nan
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)?", value.strip()):
+        return float(value)
+    raise ValueError(f"{value!r} is not a number")
+
+
+def _state_text(value: Any) -> str:
+    """state.current: a string (22.05) or a list of flags (23.x, base state first)."""
+    if isinstance(value, list):
+        for item in value:
+            if map_state(str(item))[1]:
+                return str(item)
+        return str(value[0]) if value else ""
+    return "" if value is None else str(value)
+
+
+def _json_tres(items: Any) -> tuple[float, str, float, float, float]:
+    """(gpus, gpu type, cpus, memory MiB, nodes) of a TRES list ``[{"type","name","count"}, ...]``."""
+    gpus = typed = 0.0
+    gpu_type = ""
+    cpus = mem = nodes = math.nan
+    for item in items or []:
+        kind = str(item.get("type", ""))
+        name = str(item.get("name") or "")
+        count = _num(item.get("count"))
+        if kind == "gres" and name == "gpu":
+            gpus = max(gpus, count)
+        elif kind == "gres" and name.startswith("gpu:"):
+            typed += count
+            gpu_type = gpu_type or name.split(":", 1)[1]
+        elif kind == "cpu":
+            cpus = count
+        elif kind == "mem":
+            mem = count  # MiB (Slurm counts memory TRES in MB)
+        elif kind == "node":
+            nodes = count
+    return (gpus or typed), gpu_type, cpus, mem, nodes
+
+
+def _read_json(path: Path, progress: Progress | None) -> SlurmHistory:
+    import pandas as pd
+
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, _line_at(raw, exc.start), None, f"not UTF-8 text: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+    if progress is not None:
+        progress(len(raw), len(raw))
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise InputError(path, 1, "jobs", "expected sacct --json output: an object with a 'jobs' list")
+    version = ""
+    meta = doc.get("meta") or {}
+    if isinstance(meta, dict):
+        slurm = (meta.get("slurm") or meta.get("Slurm") or {}).get("version") or {}
+        if isinstance(slurm, dict) and slurm:
+            version = ".".join(str(slurm.get(k, "")) for k in ("major", "minor", "micro"))
+    notes = [f"read as sacct --json output{f' (Slurm {version})' if version else ''}; times are epoch seconds"]
+    state = _BlockState()
+    rows = []
+    step_energy_jobs = 0
+    for i, job in enumerate(doc["jobs"]):
+        where = f"jobs[{i}]"
+        if not isinstance(job, dict):
+            raise InputError(path, None, where, "expected an object")
+        try:
+            row, used_steps = _json_job(job, state)
+        except (ValueError, TypeError, KeyError) as exc:
+            label = job.get("job_id", "?")
+            field, _, message = str(exc).partition(": ")
+            raise InputError(path, None, f"{where}.{field}", f"{message} (job {label})") from None
+        step_energy_jobs += used_steps
+        row["line"] = i
+        rows.append(row)
+    if step_energy_jobs:
+        notes.append(f"energy of {step_energy_jobs} job(s) summed over their steps' statistics.energy.consumed")
+    jobs = pd.DataFrame(rows)
+    if len(jobs) == 0:
+        raise InputError(path, None, "jobs", "contains no jobs")
+    dup = jobs.duplicated("record", keep="last").to_numpy()
+    jobs["requeues"] = 0
+    if dup.any():
+        dropped = jobs.loc[dup, "record"].value_counts()
+        jobs = jobs.loc[~dup].reset_index(drop=True)
+        jobs["requeues"] = jobs["record"].map(dropped).fillna(0).astype(np.int64)
+        notes.append(
+            f"{int(dup.sum())} earlier record(s) of {len(dropped)} job(s) listed more than once (requeued, "
+            "preempted or node-failed runs) dropped; the last record of each job kept"
+        )
+    return _finish(jobs, path, notes, state.unknown_states)
+
+
+def _get(obj: dict, dotted: str) -> Any:
+    cur: Any = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def _json_job(job: dict, state: _BlockState) -> tuple[dict, int]:
+    def number(key: str) -> float:
+        try:
+            return _num(_get(job, key))
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+
+    def epoch(key: str) -> float:
+        v = number(key)
+        return math.nan if not v or v <= 0 else v  # Slurm writes 0 for "not yet"
+
+    job_id = number("job_id")
+    if math.isnan(job_id):
+        raise ValueError("job_id: missing")
+    array_job = number("array.job_id")
+    task = number("array.task_id")
+    het_job = number("het.job_id")
+    het_offset = number("het.job_offset")
+    if array_job and not math.isnan(array_job) and not math.isnan(task):
+        key = f"{int(array_job)}_{int(task)}"
+    elif array_job and not math.isnan(array_job) and _get(job, "array.task"):
+        key = f"{int(array_job)}_[{_get(job, 'array.task')}]"
+    elif het_job and not math.isnan(het_job):
+        key = str(int(het_job))
+    else:
+        key = str(int(job_id))
+    is_het = bool(het_job) and not math.isnan(het_job) and not math.isnan(het_offset)
+    record = f"{key}+{int(het_offset)}" if is_het else key
+    state_text = _state_text(_get(job, "state.current"))
+    mapped, known = map_state(state_text)
+    if not known:
+        label = state_text or "(empty)"
+        state.unknown_states[label] = state.unknown_states.get(label, 0) + 1
+    alloc = _get(job, "tres.allocated") or []
+    gpus, gpu_type, cpus, mem, tres_nodes = _json_tres(alloc if alloc else _get(job, "tres.requested"))
+    nodes = number("allocation_nodes")
+    if math.isnan(nodes) or nodes == 0:
+        nodes = tres_nodes
+    start = epoch("time.start")
+    end = epoch("time.end")
+    elapsed = number("time.elapsed")
+    limit_min = number("time.limit")
+    energy = math.nan
+    used_steps = 0
+    step_sum = 0.0
+    for s, step in enumerate(job.get("steps") or []):
+        try:
+            e = _num(_get(step, "statistics.energy.consumed"))
+        except ValueError as exc:
+            raise ValueError(f"steps[{s}].statistics.energy.consumed: {exc}") from None
+        if e > 0 and e < 2**63:
+            step_sum += e
+    if step_sum > 0:
+        energy = step_sum
+        used_steps = 1
+    node_list = _get(job, "nodes") or ""
+    if node_list == "None assigned":
+        node_list = ""
+    submit = epoch("time.submission")
+    if math.isnan(submit):
+        raise ValueError("time.submission: missing (every job has a submission time)")
+    return {
+        "key": key,
+        "record": record,
+        "het": int(het_offset) if is_het else -1,
+        "user": str(job.get("user") or ""),
+        "account": str(job.get("account") or ""),
+        "partition": str(job.get("partition") or ""),
+        "state": mapped,
+        "submit_epoch": submit,
+        "start_epoch": start,
+        "end_epoch": end,
+        "elapsed_s": 0.0 if math.isnan(elapsed) else elapsed,
+        "timelimit_s": limit_min * 60.0,
+        "num_gpu": int(gpus or 0),
+        "num_nodes": 0 if math.isnan(nodes) else int(nodes),
+        "node_list": str(node_list),
+        "energy_j": energy,
+        "num_cpu": 0 if math.isnan(cpus) else int(cpus),
+        "memory_mib": mem,
+        "gpu_type": gpu_type,
+    }, used_steps
+
+
+__all__ = ["EXTRA_COLUMNS", "REQUIRED_FIELDS", "SACCT_FIELDS", "STATE_ALIASES", "read_sacct"]
