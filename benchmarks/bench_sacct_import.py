@@ -61,8 +61,10 @@ def generate(path: Path, jobs: int, seed: int = 29) -> int:
             g = int(gpus[i])
             nodes = max(1, g // 8) if g else 1
             cpu = max(1, g * 8)
-            tres = f"billing={cpu},cpu={cpu},gres/gpu:a100={g},gres/gpu={g},mem={cpu * 8}G,node={nodes}" if g else (
-                f"billing={cpu},cpu={cpu},mem={cpu * 8}G,node={nodes}"
+            tres = (
+                f"billing={cpu},cpu={cpu},gres/gpu:a100={g},gres/gpu={g},mem={cpu * 8}G,node={nodes}"
+                if g
+                else (f"billing={cpu},cpu={cpu},mem={cpu * 8}G,node={nodes}")
             )
             node_list = f"gpu[{i % 500:03d}-{i % 500 + nodes - 1:03d}]" if nodes > 1 else f"gpu{i % 500:03d}"
             sub, st = int(submit[i]), int(submit[i] + wait[i])
@@ -75,29 +77,43 @@ def generate(path: Path, jobs: int, seed: int = 29) -> int:
             state = STATES[state_idx[i]]
             energy = str(int(run[i]) * 300 * max(g, 1))
             if 0.12 <= k < 0.13:
-                out.append(f"{raw}|{raw}|{user}|{acct}|gpu|{_stamp(sub)}|Unknown|Unknown|00:00:00|PENDING||{tres}|"
-                           f"None assigned|{nodes}|1-00:00:00|")
+                out.append(
+                    f"{raw}|{raw}|{user}|{acct}|gpu|{_stamp(sub)}|Unknown|Unknown|00:00:00|PENDING||{tres}|"
+                    f"None assigned|{nodes}|1-00:00:00|"
+                )
                 lines += 1
                 continue
             if 0.11 <= k < 0.12:  # requeued: an earlier run first
-                out.append(f"{job_id}|{raw}|{user}|{acct}|gpu|{_stamp(sub)}|{_stamp(st)}|{_stamp(st + 10)}|00:00:10|"
-                           f"REQUEUED|{tres}|{tres}|{node_list}|{nodes}|1-00:00:00|0")
+                out.append(
+                    f"{job_id}|{raw}|{user}|{acct}|gpu|{_stamp(sub)}|{_stamp(st)}|{_stamp(st + 10)}|00:00:10|"
+                    f"REQUEUED|{tres}|{tres}|{node_list}|{nodes}|1-00:00:00|0"
+                )
                 lines += 1
             if 0.10 <= k < 0.11:  # heterogeneous: two components
                 for c in range(2):
-                    out.append(f"{raw}+{c}|{raw + c}|{user}|{acct}|gpu|{_stamp(sub)}|{_stamp(st)}|{_stamp(en)}|"
-                               f"{_hms(en - st)}|{state}|{tres}|{tres}|{node_list}|{nodes}|1-00:00:00|0")
-                    out.append(f"{raw}+{c}.batch|{raw + c}.batch||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|"
-                               f"{_hms(en - st)}|{state}|{tres}||{node_list}|{nodes}||{energy}")
+                    out.append(
+                        f"{raw}+{c}|{raw + c}|{user}|{acct}|gpu|{_stamp(sub)}|{_stamp(st)}|{_stamp(en)}|"
+                        f"{_hms(en - st)}|{state}|{tres}|{tres}|{node_list}|{nodes}|1-00:00:00|0"
+                    )
+                    out.append(
+                        f"{raw}+{c}.batch|{raw + c}.batch||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|"
+                        f"{_hms(en - st)}|{state}|{tres}||{node_list}|{nodes}||{energy}"
+                    )
                 next_raw += 1
                 lines += 4
                 continue
-            out.append(f"{job_id}|{raw}|{user}|{acct}|gpu|{_stamp(sub)}|{_stamp(st)}|{_stamp(en)}|{_hms(en - st)}|"
-                       f"{state}|{tres}|{tres}|{node_list}|{nodes}|1-00:00:00|0")
-            out.append(f"{job_id}.batch|{raw}.batch||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|{_hms(en - st)}|"
-                       f"{state}|{tres}||{node_list}|{nodes}||{energy}")
-            out.append(f"{job_id}.extern|{raw}.extern||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|"
-                       f"{_hms(en - st)}|COMPLETED|{tres}||{node_list}|{nodes}||0")
+            out.append(
+                f"{job_id}|{raw}|{user}|{acct}|gpu|{_stamp(sub)}|{_stamp(st)}|{_stamp(en)}|{_hms(en - st)}|"
+                f"{state}|{tres}|{tres}|{node_list}|{nodes}|1-00:00:00|0"
+            )
+            out.append(
+                f"{job_id}.batch|{raw}.batch||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|{_hms(en - st)}|"
+                f"{state}|{tres}||{node_list}|{nodes}||{energy}"
+            )
+            out.append(
+                f"{job_id}.extern|{raw}.extern||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|"
+                f"{_hms(en - st)}|COMPLETED|{tres}||{node_list}|{nodes}||0"
+            )
             lines += 3
             if len(out) > 100_000:
                 f.write("\n".join(out) + "\n")
@@ -149,12 +165,20 @@ def main() -> None:
         src = str(Path(__file__).resolve().parents[1] / "src")
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", str(path)], env=env, capture_output=True, text=True, check=True
+            [sys.executable, __file__, "--child", str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"history: {args.jobs} jobs, {lines} lines, {size_mib:.0f} MiB (generated in {gen_s:.1f} s)")
-    print(f"import: {result['wall_s']:.2f} s wall, peak RSS {result['peak_rss_mib']:.0f} MiB, {result['jobs']} jobs")
-    print(f"calibration loop: {calib:.3f} s (best of 3); import / calibration = {result['wall_s'] / calib:.1f}")
+    print(
+        f"import: {result['wall_s']:.2f} s wall, peak RSS {result['peak_rss_mib']:.0f} MiB, {result['jobs']} jobs"
+    )
+    print(
+        f"calibration loop: {calib:.3f} s (best of 3); import / calibration = {result['wall_s'] / calib:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -161,13 +161,19 @@ def _finish(jobs, path: Path, notes: list[str], state_raw_unknown: dict[str, int
         notes.append(f"{never} job(s) never started (Start Unknown/None): kept with start_s NaN")
     energy = recorded["energy_j"].to_numpy()
     if np.isfinite(energy).any():
-        notes.append(f"ConsumedEnergyRaw recorded for {int(np.isfinite(energy).sum())} of {len(recorded)} jobs")
+        notes.append(
+            f"ConsumedEnergyRaw recorded for {int(np.isfinite(energy).sum())} of {len(recorded)} jobs"
+        )
     else:
         notes.append("no job has ConsumedEnergyRaw (no acct_gather_energy plugin): energy_j is NaN")
     notes.append("times re-based: the earliest submission is 0 s")
     origin_iso = pd.Timestamp(origin, unit="s", tz="UTC").isoformat()
     return SlurmHistory(
-        recorded=recorded, time_origin_utc=origin_iso, state_counts=state_counts, notes=notes, source=str(path)
+        recorded=recorded,
+        time_origin_utc=origin_iso,
+        state_counts=state_counts,
+        notes=notes,
+        source=str(path),
     )
 
 
@@ -221,7 +227,9 @@ def _fold_het(jobs, het_mask: np.ndarray, notes: list[str]):
         line=("line", "first"),
     ).reset_index()
     span = folded["end_epoch"] - folded["start_epoch"]
-    folded["elapsed_s"] = np.where(np.isfinite(span), np.maximum(span, folded["elapsed_s"]), folded["elapsed_s"])
+    folded["elapsed_s"] = np.where(
+        np.isfinite(span), np.maximum(span, folded["elapsed_s"]), folded["elapsed_s"]
+    )
     folded["het"] = -1
     notes.append(
         f"{len(folded)} heterogeneous job(s) ({len(het)} components, JobID 123+0, 123+1, ...) folded into one "
@@ -363,10 +371,14 @@ def _parse_block(
     try:
         block.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(path, first_line - 1 + _line_at(block, exc.start), None, f"not UTF-8 text: {exc}") from None
+        raise InputError(
+            path, first_line - 1 + _line_at(block, exc.start), None, f"not UTF-8 text: {exc}"
+        ) from None
     nul = block.find(b"\x00")
     if nul >= 0:
-        raise InputError(path, first_line - 1 + _line_at(block, nul), None, "contains a NUL byte: not a text file")
+        raise InputError(
+            path, first_line - 1 + _line_at(block, nul), None, "contains a NUL byte: not a text file"
+        )
     n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
     kept = _line_layout(path, block, first_line, len(names))
     if kept.size == 0:
@@ -379,7 +391,9 @@ def _parse_block(
     table = pacsv.read_csv(
         pa.py_buffer(block),
         read_options=pacsv.ReadOptions(column_names=names, use_threads=True),
-        parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False, double_quote=False, escape_char=False),
+        parse_options=pacsv.ParseOptions(
+            delimiter="|", quote_char=False, double_quote=False, escape_char=False
+        ),
         convert_options=pacsv.ConvertOptions(
             include_columns=include,
             column_types=dict.fromkeys(include, pa.string()),
@@ -418,13 +432,17 @@ def _parse_block(
         energy_all = _numbers(errors, col("ConsumedEnergyRaw"), "ConsumedEnergyRaw", is_step)
         errors.raise_first()
         sel = np.flatnonzero(is_step)
-        steps_t = pa.table(
-            {
-                "record": pa.array(record_np[sel], type=pa.string()),
-                "owner_line": pa.array(owner_line[sel], type=pa.int64()),
-                "energy": pa.array(energy_all[sel], type=pa.float64(), from_pandas=True),
-            }
-        ).group_by(["record", "owner_line"]).aggregate([("energy", "sum"), ("energy", "count")])
+        steps_t = (
+            pa.table(
+                {
+                    "record": pa.array(record_np[sel], type=pa.string()),
+                    "owner_line": pa.array(owner_line[sel], type=pa.int64()),
+                    "energy": pa.array(energy_all[sel], type=pa.float64(), from_pandas=True),
+                }
+            )
+            .group_by(["record", "owner_line"])
+            .aggregate([("energy", "sum"), ("energy", "count")])
+        )
     job_rows = np.flatnonzero(~is_step)
     if job_rows.size:
         state.last_record = str(record_np[job_rows[-1]])
@@ -483,7 +501,9 @@ def _parse_block(
             "num_gpu": pa.array(np.nan_to_num(gpus).astype(np.int64)),
             "num_nodes": pa.array(np.nan_to_num(nnodes).astype(np.int64)),
             "node_list": pc.if_else(
-                pc.is_in(jcol("NodeList"), value_set=pa.array(["None assigned", "(null)", "None"])), "", jcol("NodeList")
+                pc.is_in(jcol("NodeList"), value_set=pa.array(["None assigned", "(null)", "None"])),
+                "",
+                jcol("NodeList"),
             ),
             "line_energy": pa.array(energy),
             "num_cpu": pa.array(np.nan_to_num(cpus).astype(np.int64)),
@@ -531,7 +551,9 @@ def _timestamps(errors: _Errors, text, field: str, tz: str, required: bool = Fal
     secs = pc.cast(parsed, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
     is_epoch = _mask(pc.match_substring_regex(text, _EPOCH_PATTERN))
     if is_epoch.any():
-        epoch = pc.cast(pc.if_else(pa.array(is_epoch), text, "0"), pa.float64()).to_numpy(zero_copy_only=False)
+        epoch = pc.cast(pc.if_else(pa.array(is_epoch), text, "0"), pa.float64()).to_numpy(
+            zero_copy_only=False
+        )
     missing = _mask(pc.is_in(text, value_set=pa.array(NOT_A_TIME)))
     bad = np.isnan(secs) & ~missing & ~is_epoch
     errors.flag(bad, field, "{value!r} is not a timestamp", text)
@@ -573,7 +595,9 @@ def _durations(errors: _Errors, text, field: str) -> np.ndarray:
 
         total = num("days") * 86400 + num("hours") * 3600 + num("minutes") * 60 + num("seconds")
         out = np.where(ok, total, np.nan)
-    words = _mask(pc.is_in(pc.utf8_upper(text), value_set=pa.array(["UNLIMITED", "PARTITION_LIMIT", "INVALID", ""])))
+    words = _mask(
+        pc.is_in(pc.utf8_upper(text), value_set=pa.array(["UNLIMITED", "PARTITION_LIMIT", "INVALID", ""]))
+    )
     bad = ~ok & ~words
     if bad.any():  # the rarer forms (D-HH, D-HH:MM) row by row; the rest is an error
         values = text.to_pylist()
@@ -597,7 +621,9 @@ def _numbers(errors: _Errors, text, field: str, rows: np.ndarray | None = None, 
     empty = _mask(pc.equal(text, ""))
     bad = ~numeric & ~empty
     if allow_words:
-        bad &= ~_mask(pc.is_in(pc.utf8_upper(text), value_set=pa.array(["UNLIMITED", "PARTITION_LIMIT", "INVALID"])))
+        bad &= ~_mask(
+            pc.is_in(pc.utf8_upper(text), value_set=pa.array(["UNLIMITED", "PARTITION_LIMIT", "INVALID"]))
+        )
     if rows is not None:
         bad &= rows
     errors.flag(bad, field, "{value!r} is not a non-negative number", text)
@@ -609,7 +635,11 @@ def _states(errors: _Errors, text, state: _BlockState) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    word = pc.utf8_upper(pc.struct_field(pc.extract_regex(pc.if_else(pc.equal(text, ""), "?", text), r"^(?P<w>[A-Za-z_?]*)"), "w"))
+    word = pc.utf8_upper(
+        pc.struct_field(
+            pc.extract_regex(pc.if_else(pc.equal(text, ""), "?", text), r"^(?P<w>[A-Za-z_?]*)"), "w"
+        )
+    )
     uniq = pc.unique(word).to_pylist()
     mapping = {}
     for w in uniq:
@@ -652,19 +682,26 @@ def _tres(errors: _Errors, text, field: str):
     cpus = count(_TRES_CPU)
     nodes = count(_TRES_NODE)
     mem_parts = pc.extract_regex(text, _TRES_MEM)
-    mem_n = pc.cast(pc.fill_null(pc.struct_field(mem_parts, "n"), "nan"), pa.float64()).to_numpy(zero_copy_only=False)
-    mem_u = np.asarray(pc.fill_null(pc.struct_field(mem_parts, "u"), "").to_numpy(zero_copy_only=False), dtype=object)
+    mem_n = pc.cast(pc.fill_null(pc.struct_field(mem_parts, "n"), "nan"), pa.float64()).to_numpy(
+        zero_copy_only=False
+    )
+    mem_u = np.asarray(
+        pc.fill_null(pc.struct_field(mem_parts, "u"), "").to_numpy(zero_copy_only=False), dtype=object
+    )
     scale = np.array([MEMORY_UNITS_MIB[u] for u in mem_u], dtype=np.float64) if len(mem_u) else np.ones(0)
     mem = mem_n * scale
-    malformed = ~_mask(pc.match_substring_regex(text, r"^([A-Za-z_/:.0-9-]+=[^,=]*)?(,[A-Za-z_/:.0-9-]+=[^,=]*)*$"))
+    malformed = ~_mask(
+        pc.match_substring_regex(text, r"^([A-Za-z_/:.0-9-]+=[^,=]*)?(,[A-Za-z_/:.0-9-]+=[^,=]*)*$")
+    )
     errors.flag(malformed, field, "{value!r} is not a TRES list (cpu=8,mem=64G,gres/gpu=4)", text)
     return gpus, gpu_type, cpus, mem, nodes
 
 
-def _assemble(path: Path, job_tables, step_tables, notes: list[str], unknown_states: dict[str, int]) -> SlurmHistory:
+def _assemble(
+    path: Path, job_tables, step_tables, notes: list[str], unknown_states: dict[str, int]
+) -> SlurmHistory:
     """Keep each record's last line, add its steps' energy where its own line has none, build the history."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if not job_tables:
         raise InputError(path, None, None, "contains no jobs (only job steps or a header)")
@@ -779,9 +816,14 @@ def _read_json(path: Path, progress: Progress | None) -> SlurmHistory:
     meta = doc.get("meta") or {}
     if isinstance(meta, dict):
         slurm = (meta.get("slurm") or meta.get("Slurm") or {}).get("version") or {}
-        if isinstance(slurm, dict) and slurm:
+        release = (meta.get("slurm") or meta.get("Slurm") or {}).get("release")
+        if release:
+            version = str(release)
+        elif isinstance(slurm, dict) and slurm:
             version = ".".join(str(slurm.get(k, "")) for k in ("major", "minor", "micro"))
-    notes = [f"read as sacct --json output{f' (Slurm {version})' if version else ''}; times are epoch seconds"]
+    notes = [
+        f"read as sacct --json output{f' (Slurm {version})' if version else ''}; times are epoch seconds"
+    ]
     state = _BlockState()
     rows = []
     step_energy_jobs = 0
@@ -799,7 +841,9 @@ def _read_json(path: Path, progress: Progress | None) -> SlurmHistory:
         row["line"] = i
         rows.append(row)
     if step_energy_jobs:
-        notes.append(f"energy of {step_energy_jobs} job(s) summed over their steps' statistics.energy.consumed")
+        notes.append(
+            f"energy of {step_energy_jobs} job(s) summed over their steps' statistics.energy.consumed"
+        )
     jobs = pd.DataFrame(rows)
     if len(jobs) == 0:
         raise InputError(path, None, "jobs", "contains no jobs")
