@@ -74,3 +74,15 @@ def test_bad_power_files(tmp_path):
     c.write_text("timestamp,node,power_w\n1,n1,100\n")
     with pytest.raises(InputError, match=r"p.csv:1: field 'gpu': missing required column"):
         read_power(c)
+
+
+def test_promtool_dump_lines_and_openmetrics_seconds(tmp_path):
+    p = tmp_path / "dump.prom"
+    p.write_text(
+        '{__name__="DCGM_FI_DEV_POWER_USAGE", gpu="1", Hostname="n2"} 123.5 1709287260000\n'
+        '{__name__="DCGM_FI_DEV_GPU_TEMP", gpu="1", Hostname="n2"} 50 1709287260000\n'
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",instance="n3:9400"} 99 1709287260.5\n'
+    )
+    df = read_power(p)
+    assert df["node"].tolist() == ["n2", "n3"] and df["gpu"].tolist() == [1, 0]
+    assert df["timestamp_s"].tolist() == [1709287260.0, 1709287260.5]

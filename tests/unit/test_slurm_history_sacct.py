@@ -63,7 +63,11 @@ def test_parsable_folds_steps_arrays_het_and_requeues():
     assert h.state_counts == {"COMPLETED": 4, "FAILED": 1, "CANCELLED": 2, "RUNNING": 1, "PENDING": 1}
     assert set(h.state_counts) <= set(JOB_STATES)
     notes = " | ".join(h.notes)
-    assert "heterogeneous" in notes and "1 earlier record(s)" in notes and "never started" in notes
+    assert (
+        "heterogeneous" in notes
+        and "1 earlier run(s) of 1 requeued job(s)" in notes
+        and "never started" in notes
+    )
     assert h.source.endswith("sacct_mixed.psv")
 
 
@@ -162,6 +166,25 @@ def test_bad_values_in_other_fields(tmp_path):
     assert ":2: field 'JobID'" in one(
         base.replace("1|1|a", "|1|a").format(el="01:00:00", tres="cpu=1", nn="1")
     )
+
+
+def test_duplicate_ids_requeued_runs_dropped_reused_ids_kept(tmp_path):
+    p = tmp_path / "dup.psv"
+    rows = [
+        "JobID|Submit|Start|End|State|AllocTRES",
+        "9|2024-03-01T10:00:00|2024-03-01T10:00:00|2024-03-01T10:10:00|PREEMPTED|gres/gpu=1",
+        "9|2024-03-01T10:10:00|2024-03-01T10:11:00|2024-03-01T10:20:00|REQUEUED|gres/gpu=1",
+        "9|2024-03-01T10:20:00|2024-03-01T10:21:00|2024-03-01T11:00:00|COMPLETED|gres/gpu=1",
+        "5|2024-02-01T10:00:00|2024-02-01T10:00:00|2024-02-01T11:00:00|COMPLETED|gres/gpu=2",
+        "5|2024-03-01T12:00:00|2024-03-01T12:00:00|2024-03-01T13:00:00|FAILED|gres/gpu=4",
+    ]
+    p.write_text("\n".join(rows) + "\n")
+    h = read_sacct(p)
+    assert sorted(h.recorded["job_id"]) == ["5", "5~5", "9"]
+    assert _row(h, "9").requeues == 2 and _row(h, "9").state == "COMPLETED"
+    assert _row(h, "5~5").num_gpu == 2 and _row(h, "5").num_gpu == 4
+    notes = " | ".join(h.notes)
+    assert "2 earlier run(s) of 1 requeued job(s)" in notes and "1 record(s) share their id" in notes
 
 
 def test_time_zone_applies_to_wall_times():

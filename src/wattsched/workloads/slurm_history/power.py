@@ -4,8 +4,9 @@ Formats read:
 
 - Prometheus text exposition with timestamps, several scrapes concatenated: ``DCGM_FI_DEV_POWER_USAGE`` samples
   as dcgm-exporter and wattsched's node agent (``wattsched agent``, the same metric name and labels) write them,
-  ``DCGM_FI_DEV_POWER_USAGE{gpu="0",Hostname="node1",...} 250.3 1700000000000`` (timestamp in ms). The node is
-  the ``Hostname`` label (else ``instance`` without its port); other metrics and comments are skipped.
+  ``DCGM_FI_DEV_POWER_USAGE{gpu="0",Hostname="node1",...} 250.3 1700000000000`` (timestamp in ms; OpenMetrics
+  seconds and ``promtool tsdb dump``'s ``{__name__="DCGM_FI_DEV_POWER_USAGE",...}`` lines too). The node is the
+  ``Hostname`` label (else ``instance`` without its port); other metrics and comments are skipped.
 - CSV with a header ``timestamp,node,gpu,power_w`` (timestamp in epoch seconds or ISO 8601, UTC when zoneless).
 
 :func:`attach_power` fills ``recorded.measured_power_w``: sacct does not record which GPUs of a node a job held,
@@ -31,8 +32,12 @@ POWER_METRICS = ("DCGM_FI_DEV_POWER_USAGE",)  # dcgm-exporter's name, also expor
 POWER_COLUMNS = ("timestamp_s", "node", "gpu", "power_w")
 
 _SAMPLE = re.compile(
-    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
+    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)?(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
+    r"(?:\s+(?P<ts>-?\d+(?:\.\d+)?))?\s*$"
 )
+# Prometheus text writes timestamps in ms, OpenMetrics (promtool tsdb dump-openmetrics) in s: a value above this
+# (year 5138 in seconds, 1973 in ms) is taken as ms.
+_MS_ABOVE = 1e11
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -68,9 +73,14 @@ def _read_prometheus(path: Path, data: bytes):
             raise InputError(
                 path, number, None, "not a Prometheus sample line (name{labels} value [timestamp])"
             )
-        if m["name"] not in POWER_METRICS:
-            continue
         labels = dict(_LABEL.findall(m["labels"] or ""))
+        name = m["name"] or labels.get("__name__", "")  # promtool tsdb dump: {__name__="...", ...}
+        if not name:
+            raise InputError(
+                path, number, None, "not a Prometheus sample line (name{labels} value [timestamp])"
+            )
+        if name not in POWER_METRICS:
+            continue
         node = labels.get("Hostname") or labels.get("instance", "").rsplit(":", 1)[0]
         if not node:
             raise InputError(path, number, "Hostname", "a power sample needs a Hostname (or instance) label")
@@ -85,8 +95,9 @@ def _read_prometheus(path: Path, data: bytes):
         try:
             value = float(m["value"])
         except ValueError:
-            raise InputError(path, number, m["name"], f"{m['value']!r} is not a number") from None
-        stamps.append(int(m["ts"]) / 1000.0)
+            raise InputError(path, number, name, f"{m['value']!r} is not a number") from None
+        stamp = float(m["ts"])
+        stamps.append(stamp / 1000.0 if stamp > _MS_ABOVE else stamp)
         nodes.append(node)
         gpus.append(int(labels["gpu"]))
         watts.append(value)

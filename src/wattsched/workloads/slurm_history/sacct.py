@@ -117,10 +117,9 @@ def _finish(jobs, path: Path, notes: list[str], state_raw_unknown: dict[str, int
 
     if len(jobs) == 0:
         raise InputError(path, None, None, "contains no jobs (only job steps or a header)")
-    jobs = jobs[list(_JOB_FRAME_COLUMNS)]
     het_mask = jobs["het"].to_numpy() >= 0
     if het_mask.any():
-        jobs = _fold_het(jobs, het_mask, notes)
+        jobs = _fold_het(jobs[list(_JOB_FRAME_COLUMNS)], het_mask, notes)
     submit = jobs["submit_epoch"].to_numpy(dtype=np.float64)
     origin = float(np.nanmin(submit))
     start = jobs["start_epoch"].to_numpy(dtype=np.float64) - origin
@@ -690,57 +689,127 @@ def _tres(errors: _Errors, text, field: str):
     )
     scale = np.array([MEMORY_UNITS_MIB[u] for u in mem_u], dtype=np.float64) if len(mem_u) else np.ones(0)
     mem = mem_n * scale
-    malformed = ~_mask(
-        pc.match_substring_regex(text, r"^([A-Za-z_/:.0-9-]+=[^,=]*)?(,[A-Za-z_/:.0-9-]+=[^,=]*)*$")
-    )
+    malformed = ~_mask(pc.match_substring_regex(text, r"^([^=,]+=[^,=]*)?(,[^=,]+=[^,=]*)*$"))
     errors.flag(malformed, field, "{value!r} is not a TRES list (cpu=8,mem=64G,gres/gpu=4)", text)
     return gpus, gpu_type, cpus, mem, nodes
+
+
+# States that end a run Slurm requeues: with --duplicates the earlier runs of a requeued job are listed under
+# the same id with one of these; an earlier record in any other state is another job that reused the id (job
+# ids reset, `sacct --duplicates` in the man page).
+RUN_ENDING_STATES = ("REQUEUED", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL")
+
+
+def _superseded_runs(record, line, state):
+    """Per record line: (superseded, requeues, reused) boolean/int arrays in file order.
+
+    superseded: an earlier run of a requeued job (dropped); requeues: on a job's last record, how many earlier
+    runs it had; reused: an earlier record of another job with the same id (kept, renamed)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(line)
+    narrow = pa.table({"record": record, "line": line, "pos": pa.array(np.arange(n))})
+    last = narrow.group_by("record").aggregate([("line", "max")])
+    if len(last) == n:
+        return np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    marked = narrow.join(last, "record").sort_by("pos")
+    is_last = pc.equal(marked.column("line"), marked.column("line_max")).to_numpy(zero_copy_only=False)
+    run_ending = pc.is_in(state, value_set=pa.array(RUN_ENDING_STATES)).to_numpy(zero_copy_only=False)
+    superseded = ~is_last & run_ending
+    requeues = np.zeros(n, dtype=np.int64)
+    if superseded.any():
+        counts = (
+            pa.table({"record": pc.filter(record, pa.array(superseded))})
+            .group_by("record")
+            .aggregate([("record", "count")])
+        )
+        joined = narrow.join(counts, "record", join_type="inner")
+        pos = joined.column("pos").to_numpy()
+        on_last = is_last[pos]
+        requeues[pos[on_last]] = joined.column("record_count").to_numpy()[on_last]
+    reused = ~is_last & ~run_ending
+    return superseded, requeues, reused
+
+
+def _note_duplicates(notes: list[str], superseded: int, requeued_jobs: int, reused: int) -> None:
+    if superseded:
+        notes.append(
+            f"{superseded} earlier run(s) of {requeued_jobs} requeued job(s) (records ending REQUEUED, PREEMPTED, "
+            "NODE_FAIL or BOOT_FAIL under the same id, sacct --duplicates) dropped; the last record of each job kept"
+        )
+    if reused:
+        notes.append(
+            f"{reused} record(s) share their id with a later job (job ids reset): kept as separate jobs, "
+            "named <id>~<file line> (JSON: ~<index in jobs>)"
+        )
+
+
+def _rename_reused(jobs, reused: np.ndarray) -> None:
+    where = np.flatnonzero(reused)
+    keys = jobs["key"].to_numpy(dtype=object).copy()
+    lines = jobs["line"].to_numpy()
+    for i in where:
+        keys[i] = f"{keys[i]}~{lines[i]}"
+    jobs["key"] = keys
 
 
 def _assemble(
     path: Path, job_tables, step_tables, notes: list[str], unknown_states: dict[str, int]
 ) -> SlurmHistory:
-    """Keep each record's last line, add its steps' energy where its own line has none, build the history."""
+    """Keep each record's last line, add its steps' energy where its own line has none, build the history.
+
+    The joins run in Arrow on narrow tables (record, line): no Python string per row besides the output's."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if not job_tables:
         raise InputError(path, None, None, "contains no jobs (only job steps or a header)")
     jobs_t = pa.concat_tables(job_tables, promote_options="permissive")
     job_tables.clear()
-    jobs = jobs_t.to_pandas(split_blocks=True, self_destruct=True)
-    del jobs_t
-    dup = jobs.duplicated("record", keep="last").to_numpy()
-    requeues = np.zeros(len(jobs), dtype=np.int64)
-    if dup.any():
-        dropped = jobs.loc[dup, "record"].value_counts()
-        jobs = jobs.loc[~dup].reset_index(drop=True)
-        requeues = jobs["record"].map(dropped).fillna(0).to_numpy(dtype=np.int64)
-        notes.append(
-            f"{int(dup.sum())} earlier record(s) of {len(dropped)} job(s) listed more than once (sacct --duplicates:"
-            " requeued, preempted or node-failed runs) dropped; the last record of each job kept"
-        )
-    jobs["requeues"] = requeues
-    energy = jobs["line_energy"].to_numpy(dtype=np.float64)
+    superseded, requeues, reused = _superseded_runs(
+        jobs_t.column("record"), jobs_t.column("line"), pc.cast(jobs_t.column("state"), pa.string())
+    )
+    if superseded.any():
+        jobs_t = jobs_t.filter(pa.array(~superseded))
+        requeues, reused = requeues[~superseded], reused[~superseded]
+    _note_duplicates(notes, int(superseded.sum()), int((requeues > 0).sum()), int(reused.sum()))
+    energy = jobs_t.column("line_energy").to_numpy().astype(np.float64)
     energy = np.where(energy > 0, energy, np.nan)  # sacct writes 0 where no energy plugin measured
     if step_tables:
-        steps = pa.concat_tables(step_tables).to_pandas()
-        steps = steps.loc[steps["energy_count"] > 0]
+        steps = pa.concat_tables(step_tables)
+        step_tables.clear()
+        steps = steps.filter(pc.greater(steps.column("energy_count"), 0))
         if len(steps):
-            kept = jobs[["record", "line"]].reset_index()
-            merged = steps.merge(kept, on="record", how="inner")
-            own = (merged["owner_line"] == merged["line"]) | (merged["owner_line"] == 0)
-            per_job = merged.loc[own].groupby("index")["energy_sum"].sum()
-            from_steps = np.full(len(jobs), np.nan)
-            from_steps[per_job.index.to_numpy()] = per_job.to_numpy()
+            owners = pa.table(
+                {
+                    "record": jobs_t.column("record"),
+                    "line": jobs_t.column("line"),
+                    "pos": np.arange(len(jobs_t)),
+                }
+            )
+            merged = steps.join(owners, "record", join_type="inner")
+            owner = merged.column("owner_line")
+            own = pc.or_(pc.equal(owner, merged.column("line")), pc.equal(owner, 0))
+            per_job = merged.filter(own).group_by("pos").aggregate([("energy_sum", "sum")])
+            from_steps = np.full(len(jobs_t), np.nan)
+            from_steps[per_job.column("pos").to_numpy()] = per_job.column("energy_sum_sum").to_numpy()
             from_steps = np.where(from_steps > 0, from_steps, np.nan)
             use = np.isnan(energy) & np.isfinite(from_steps)
             if use.any():
                 notes.append(f"energy of {int(use.sum())} job(s) summed over their steps' ConsumedEnergyRaw")
             energy = np.where(use, from_steps, energy)
-    jobs["energy_j"] = energy
-    array_ranges = int(jobs["key"].str.contains("[", regex=False).sum())
+        del steps
+    array_ranges = int(pc.sum(pc.match_substring(jobs_t.column("key"), "[")).as_py() or 0)
     if array_ranges:
         notes.append(f"{array_ranges} pending array range(s) (123_[5-10]) kept as one pending job each")
+    jobs_t = jobs_t.drop_columns(["record", "line_energy"])
+    jobs_t = jobs_t.append_column("energy_j", pa.array(energy)).append_column("requeues", pa.array(requeues))
+    pa.default_memory_pool().release_unused()
+    jobs = jobs_t.to_pandas(split_blocks=True, self_destruct=True)
+    del jobs_t
+    if reused.any():
+        _rename_reused(jobs, reused)
     return _finish(jobs, path, notes, unknown_states)
 
 
@@ -847,16 +916,18 @@ def _read_json(path: Path, progress: Progress | None) -> SlurmHistory:
     jobs = pd.DataFrame(rows)
     if len(jobs) == 0:
         raise InputError(path, None, "jobs", "contains no jobs")
-    dup = jobs.duplicated("record", keep="last").to_numpy()
-    jobs["requeues"] = 0
-    if dup.any():
-        dropped = jobs.loc[dup, "record"].value_counts()
-        jobs = jobs.loc[~dup].reset_index(drop=True)
-        jobs["requeues"] = jobs["record"].map(dropped).fillna(0).astype(np.int64)
-        notes.append(
-            f"{int(dup.sum())} earlier record(s) of {len(dropped)} job(s) listed more than once (requeued, "
-            "preempted or node-failed runs) dropped; the last record of each job kept"
-        )
+    import pyarrow as pa
+
+    superseded, requeues, reused = _superseded_runs(
+        pa.array(jobs["record"].to_numpy(dtype=object), type=pa.string()),
+        pa.array(jobs["line"].to_numpy()),
+        pa.array(jobs["state"].to_numpy(dtype=object), type=pa.string()),
+    )
+    jobs["requeues"] = requeues
+    jobs = jobs.loc[~superseded].reset_index(drop=True)
+    _note_duplicates(notes, int(superseded.sum()), int((requeues > 0).sum()), int(reused.sum()))
+    if reused.any():
+        _rename_reused(jobs, reused[~superseded])
     return _finish(jobs, path, notes, state.unknown_states)
 
 
