@@ -69,6 +69,8 @@ def test_parsable_folds_steps_arrays_het_and_requeues():
         and "never started" in notes
     )
     assert h.source.endswith("sacct_mixed.psv")
+    rec.loc[0, "energy_j"] = 1.0  # the frame is an ordinary, writable one (no read-only Arrow views)
+    rec.loc[0, "user"] = "x"
 
 
 def test_auto_detects_json_and_reads_slurm_22_05_shape():

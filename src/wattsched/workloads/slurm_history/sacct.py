@@ -110,48 +110,56 @@ def _first_bytes(path: Path) -> bytes:
     return head
 
 
-def _finish(jobs, path: Path, notes: list[str], state_raw_unknown: dict[str, int]) -> SlurmHistory:
-    """Fold heterogeneous components, re-base times, count states; ``jobs`` is a pandas frame of kept records
-    with ``key``, ``het`` (component offset, -1 when not heterogeneous) and epoch-second times."""
+def _finish(
+    cols: dict[str, np.ndarray], path: Path, notes: list[str], state_raw_unknown: dict[str, int]
+) -> SlurmHistory:
+    """Fold heterogeneous components, re-base times, count states. ``cols`` holds one array per name of
+    ``_JOB_FRAME_COLUMNS`` over the kept records: ``key``, ``het`` (component offset, -1 when not heterogeneous),
+    epoch-second times, ... The arrays are taken over (replaced one at a time, so that memory stays near the
+    output's size)."""
     import pandas as pd
 
-    if len(jobs) == 0:
+    if len(cols["key"]) == 0:
         raise InputError(path, None, None, "contains no jobs (only job steps or a header)")
-    het_mask = jobs["het"].to_numpy() >= 0
+    het_mask = cols["het"] >= 0
     if het_mask.any():
-        jobs = _fold_het(jobs[list(_JOB_FRAME_COLUMNS)], het_mask, notes)
-    submit = jobs["submit_epoch"].to_numpy(dtype=np.float64)
+        _fold_het(cols, het_mask, notes)
+    for name in ("key", "user", "account", "partition", "state", "node_list", "gpu_type"):
+        cols[name] = _text_column(cols[name])
+    submit = _owned(cols.pop("submit_epoch"), np.float64)
     origin = float(np.nanmin(submit))
-    start = jobs["start_epoch"].to_numpy(dtype=np.float64) - origin
-    end = jobs["end_epoch"].to_numpy(dtype=np.float64) - origin
     submit = submit - origin
-    recorded = pd.DataFrame(
-        {
-            "job_id": jobs["key"].to_numpy(dtype=object),
-            "user": _text_column(jobs["user"]),
-            "account": _text_column(jobs["account"]),
-            "partition": _text_column(jobs["partition"]),
-            "state": _text_column(jobs["state"]),
-            "submit_s": submit,
-            "start_s": start,
-            "end_s": end,
-            "wait_s": start - submit,
-            "elapsed_s": jobs["elapsed_s"].to_numpy(dtype=np.float64),
-            "timelimit_s": jobs["timelimit_s"].to_numpy(dtype=np.float64),
-            "num_gpu": jobs["num_gpu"].to_numpy(dtype=np.int64),
-            "num_nodes": jobs["num_nodes"].to_numpy(dtype=np.int64),
-            "node_list": _text_column(jobs["node_list"]),
-            "energy_j": jobs["energy_j"].to_numpy(dtype=np.float64),
-            "measured_power_w": np.full(len(jobs), np.nan),
-            "num_cpu": jobs["num_cpu"].to_numpy(dtype=np.int64),
-            "memory_mib": jobs["memory_mib"].to_numpy(dtype=np.float64),
-            "gpu_type": _text_column(jobs["gpu_type"]),
-            "requeues": jobs["requeues"].to_numpy(dtype=np.int64),
-        },
-        columns=[*RECORDED_COLUMNS, *EXTRA_COLUMNS],
-    )
-    counts = recorded["state"].value_counts()
-    state_counts = {s: int(counts[s]) for s in JOB_STATES if s in counts.index}
+    start = cols.pop("start_epoch").astype(np.float64, copy=False) - origin
+    end = cols.pop("end_epoch").astype(np.float64, copy=False) - origin
+    n = len(submit)
+    data = {
+        "job_id": cols.pop("key"),
+        "user": cols.pop("user"),
+        "account": cols.pop("account"),
+        "partition": cols.pop("partition"),
+        "state": cols.pop("state"),
+        "submit_s": submit,
+        "start_s": start,
+        "end_s": end,
+        "wait_s": start - submit,
+        "elapsed_s": _owned(cols.pop("elapsed_s"), np.float64),
+        "timelimit_s": _owned(cols.pop("timelimit_s"), np.float64),
+        "num_gpu": _owned(cols.pop("num_gpu"), np.int64),
+        "num_nodes": _owned(cols.pop("num_nodes"), np.int64),
+        "node_list": cols.pop("node_list"),
+        "energy_j": _owned(cols.pop("energy_j"), np.float64),
+        "measured_power_w": np.full(n, np.nan),
+        "num_cpu": _owned(cols.pop("num_cpu"), np.int64),
+        "memory_mib": _owned(cols.pop("memory_mib"), np.float64),
+        "gpu_type": cols.pop("gpu_type"),
+        "requeues": _owned(cols.pop("requeues"), np.int64),
+    }
+    cols.clear()
+    recorded = pd.DataFrame(data, columns=[*RECORDED_COLUMNS, *EXTRA_COLUMNS], copy=False)
+    del data
+    states, counts = np.unique(recorded["state"].to_numpy(dtype=object).astype(str), return_counts=True)
+    found = dict(zip(states.tolist(), counts.tolist(), strict=True))
+    state_counts = {s: int(found[s]) for s in JOB_STATES if s in found}
     if state_raw_unknown:
         listed = ", ".join(f"{k} ({v})" for k, v in sorted(state_raw_unknown.items()))
         notes.append(f"states not in Slurm's list counted as OTHER: {listed}")
@@ -160,9 +168,7 @@ def _finish(jobs, path: Path, notes: list[str], state_raw_unknown: dict[str, int
         notes.append(f"{never} job(s) never started (Start Unknown/None): kept with start_s NaN")
     energy = recorded["energy_j"].to_numpy()
     if np.isfinite(energy).any():
-        notes.append(
-            f"ConsumedEnergyRaw recorded for {int(np.isfinite(energy).sum())} of {len(recorded)} jobs"
-        )
+        notes.append(f"ConsumedEnergyRaw recorded for {int(np.isfinite(energy).sum())} of {n} jobs")
     else:
         notes.append("no job has ConsumedEnergyRaw (no acct_gather_energy plugin): energy_j is NaN")
     notes.append("times re-based: the earliest submission is 0 s")
@@ -183,20 +189,29 @@ _JOB_FRAME_COLUMNS = (
 )  # fmt: skip
 
 
-def _text_column(col) -> np.ndarray:
+def _owned(values: np.ndarray, dtype) -> np.ndarray:
+    """``values`` as a writable array of ``dtype`` (arrays viewed from Arrow are read-only), copied only if
+    needed."""
+    out = np.asarray(values).astype(dtype, copy=False)
+    return out if out.flags.writeable else out.copy()
+
+
+def _text_column(values: np.ndarray) -> np.ndarray:
+    """An object array of str ("" where missing)."""
+    out = np.asarray(values, dtype=object)
+    missing = np.equal(out, None)
+    if missing.any() or not out.flags.writeable:
+        out = out.copy()
+        out[missing] = ""
+    return out
+
+
+def _fold_het(cols: dict[str, np.ndarray], het_mask: np.ndarray, notes: list[str]) -> None:
+    """One row per heterogeneous job (sums and extremes over its components, the leader's labels), in place."""
     import pandas as pd
 
-    s = col if isinstance(col, pd.Series) else pd.Series(col)
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        s = s.astype(object)
-    return s.fillna("").to_numpy(dtype=object)
-
-
-def _fold_het(jobs, het_mask: np.ndarray, notes: list[str]):
-    """One row per heterogeneous job: sums and extremes over its components (leader's labels)."""
-    import pandas as pd
-
-    het = jobs.loc[het_mask].sort_values(["key", "het"], kind="stable")
+    het = pd.DataFrame({name: cols[name][het_mask] for name in _JOB_FRAME_COLUMNS})
+    het = het.sort_values(["key", "het"], kind="stable")
     grouped = het.groupby("key", sort=False)
 
     def nan_min(s):
@@ -205,10 +220,15 @@ def _fold_het(jobs, het_mask: np.ndarray, notes: list[str]):
     def nan_sum(s):
         return s.sum(min_count=1)
 
+    def joined(s):
+        return ",".join(dict.fromkeys(str(x) for x in s if x))
+
     folded = grouped.agg(
+        het=("het", "min"),
+        line=("line", "first"),
         user=("user", "first"),
         account=("account", "first"),
-        partition=("partition", lambda s: ",".join(dict.fromkeys(x for x in s if x))),
+        partition=("partition", joined),
         state=("state", "first"),
         submit_epoch=("submit_epoch", nan_min),
         start_epoch=("start_epoch", nan_min),
@@ -217,26 +237,26 @@ def _fold_het(jobs, het_mask: np.ndarray, notes: list[str]):
         timelimit_s=("timelimit_s", "max"),
         num_gpu=("num_gpu", "sum"),
         num_nodes=("num_nodes", "sum"),
-        node_list=("node_list", lambda s: ",".join(dict.fromkeys(x for x in s if x))),
+        node_list=("node_list", joined),
         energy_j=("energy_j", nan_sum),
         num_cpu=("num_cpu", "sum"),
         memory_mib=("memory_mib", nan_sum),
         gpu_type=("gpu_type", lambda s: next((x for x in s if x), "")),
         requeues=("requeues", "sum"),
-        line=("line", "first"),
     ).reset_index()
-    span = folded["end_epoch"] - folded["start_epoch"]
-    folded["elapsed_s"] = np.where(
-        np.isfinite(span), np.maximum(span, folded["elapsed_s"]), folded["elapsed_s"]
-    )
+    span = (folded["end_epoch"] - folded["start_epoch"]).to_numpy()
+    elapsed = folded["elapsed_s"].to_numpy()
+    folded["elapsed_s"] = np.where(np.isfinite(span), np.maximum(span, elapsed), elapsed)
     folded["het"] = -1
     notes.append(
         f"{len(folded)} heterogeneous job(s) ({len(het)} components, JobID 123+0, 123+1, ...) folded into one "
         "job each: GPUs, nodes and energy summed, earliest submit and start, latest end, the leader's state"
     )
-    rest = jobs.loc[~het_mask]
-    out = pd.concat([rest, folded[rest.columns]], ignore_index=True)
-    return out.sort_values("line", kind="stable").reset_index(drop=True)
+    lines = np.concatenate([cols["line"][~het_mask], folded["line"].to_numpy()])
+    order = np.argsort(lines, kind="stable")
+    for name in _JOB_FRAME_COLUMNS:  # one column at a time: the old array is freed before the next
+        merged = np.concatenate([np.asarray(cols[name])[~het_mask], folded[name].to_numpy()])
+        cols[name] = merged[order]
 
 
 # -- parsable2 -------------------------------------------------------------------------------------------------
@@ -422,10 +442,12 @@ def _parse_block(
     # (sacct prints each record's steps under it; with --duplicates a requeued job's runs each have theirs).
     idx = np.arange(len(lines))
     last_job = np.maximum.accumulate(np.where(~is_step, idx, -1))
-    record_np = record.to_numpy(zero_copy_only=False)
-    owner_record = np.where(last_job >= 0, record_np[np.maximum(last_job, 0)], state.last_record)
-    owner_line = np.where(last_job >= 0, lines[np.maximum(last_job, 0)], state.last_line)
-    owner_line = np.where(owner_record == record_np, owner_line, 0)  # 0: no record above it (an orphan step)
+    above = np.maximum(last_job, 0)
+    same_as_above = _mask(pc.equal(pc.take(record, pa.array(above)), record))
+    same_as_carried = _mask(pc.equal(record, state.last_record))  # rows above the block's first job line
+    same = np.where(last_job >= 0, same_as_above, same_as_carried)
+    owner_line = np.where(last_job >= 0, lines[above], state.last_line)
+    owner_line = np.where(same, owner_line, 0)  # 0: no record above it (an orphan step)
     steps_t = None
     if is_step.any():
         energy_all = _numbers(errors, col("ConsumedEnergyRaw"), "ConsumedEnergyRaw", is_step)
@@ -434,7 +456,7 @@ def _parse_block(
         steps_t = (
             pa.table(
                 {
-                    "record": pa.array(record_np[sel], type=pa.string()),
+                    "record": pc.take(record, pa.array(sel)),
                     "owner_line": pa.array(owner_line[sel], type=pa.int64()),
                     "energy": pa.array(energy_all[sel], type=pa.float64(), from_pandas=True),
                 }
@@ -444,7 +466,7 @@ def _parse_block(
         )
     job_rows = np.flatnonzero(~is_step)
     if job_rows.size:
-        state.last_record = str(record_np[job_rows[-1]])
+        state.last_record = str(record[int(job_rows[-1])].as_py())
         state.last_line = int(lines[job_rows[-1]])
     if job_rows.size == 0:
         return None, steps_t, n_lines
@@ -499,10 +521,12 @@ def _parse_block(
             "timelimit_s": pa.array(timelimit),
             "num_gpu": pa.array(np.nan_to_num(gpus).astype(np.int64)),
             "num_nodes": pa.array(np.nan_to_num(nnodes).astype(np.int64)),
-            "node_list": pc.if_else(
-                pc.is_in(jcol("NodeList"), value_set=pa.array(["None assigned", "(null)", "None"])),
-                "",
-                jcol("NodeList"),
+            "node_list": pc.dictionary_encode(
+                pc.if_else(
+                    pc.is_in(jcol("NodeList"), value_set=pa.array(["None assigned", "(null)", "None"])),
+                    "",
+                    jcol("NodeList"),
+                )
             ),
             "line_energy": pa.array(energy),
             "num_cpu": pa.array(np.nan_to_num(cpus).astype(np.int64)),
@@ -745,13 +769,12 @@ def _note_duplicates(notes: list[str], superseded: int, requeued_jobs: int, reus
         )
 
 
-def _rename_reused(jobs, reused: np.ndarray) -> None:
-    where = np.flatnonzero(reused)
-    keys = jobs["key"].to_numpy(dtype=object).copy()
-    lines = jobs["line"].to_numpy()
-    for i in where:
+def _rename_reused(cols, reused: np.ndarray) -> None:
+    keys = np.array(cols["key"], dtype=object)
+    lines = np.asarray(cols["line"])
+    for i in np.flatnonzero(reused):
         keys[i] = f"{keys[i]}~{lines[i]}"
-    jobs["key"] = keys
+    cols["key"] = keys
 
 
 def _assemble(
@@ -803,14 +826,32 @@ def _assemble(
     array_ranges = int(pc.sum(pc.match_substring(jobs_t.column("key"), "[")).as_py() or 0)
     if array_ranges:
         notes.append(f"{array_ranges} pending array range(s) (123_[5-10]) kept as one pending job each")
-    jobs_t = jobs_t.drop_columns(["record", "line_energy"])
-    jobs_t = jobs_t.append_column("energy_j", pa.array(energy)).append_column("requeues", pa.array(requeues))
-    pa.default_memory_pool().release_unused()
-    jobs = jobs_t.to_pandas(split_blocks=True, self_destruct=True)
+    cols: dict[str, np.ndarray] = {"energy_j": energy, "requeues": requeues}
+    for name in _JOB_FRAME_COLUMNS:
+        if name not in cols:
+            cols[name] = _arrow_to_numpy(jobs_t.column(name))
     del jobs_t
+    pa.default_memory_pool().release_unused()
     if reused.any():
-        _rename_reused(jobs, reused)
-    return _finish(jobs, path, notes, unknown_states)
+        _rename_reused(cols, reused)
+    return _finish(cols, path, notes, unknown_states)
+
+
+def _arrow_to_numpy(column) -> np.ndarray:
+    """A column as numpy; dictionary-encoded text decoded through its (small) dictionaries, so that equal
+    strings are one Python object."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(column.type):
+        parts = []
+        for chunk in column.chunks:
+            words = np.asarray(chunk.dictionary.to_pylist(), dtype=object)
+            idx = chunk.indices.to_numpy(zero_copy_only=False)
+            parts.append(words[idx] if len(words) else np.full(len(idx), "", dtype=object))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=object)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
+    return np.asarray(column.to_numpy())
 
 
 # -- JSON ------------------------------------------------------------------------------------------------------
@@ -926,9 +967,10 @@ def _read_json(path: Path, progress: Progress | None) -> SlurmHistory:
     jobs["requeues"] = requeues
     jobs = jobs.loc[~superseded].reset_index(drop=True)
     _note_duplicates(notes, int(superseded.sum()), int((requeues > 0).sum()), int(reused.sum()))
+    cols = {name: jobs[name].to_numpy() for name in _JOB_FRAME_COLUMNS}
     if reused.any():
-        _rename_reused(jobs, reused[~superseded])
-    return _finish(jobs, path, notes, state.unknown_states)
+        _rename_reused(cols, reused[~superseded])
+    return _finish(cols, path, notes, state.unknown_states)
 
 
 def _get(obj: dict, dotted: str) -> Any:
