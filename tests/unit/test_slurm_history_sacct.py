@@ -272,3 +272,59 @@ def test_state_mapping():
     assert map_state("WEIRD") == ("OTHER", False)
     with pytest.raises(ValueError):
         parse_duration("abc")
+
+
+def test_crlf_blank_lines_and_no_final_newline(tmp_path, monkeypatch):
+    rows = [
+        "JobID|Submit|Start|End|State|AllocTRES|ConsumedEnergyRaw",
+        "1|2024-03-01T10:00:00|2024-03-01T10:00:00|2024-03-01T11:00:00|COMPLETED|gres/gpu=1|0",
+        "",
+        "1.batch|2024-03-01T10:00:00|2024-03-01T10:00:00|2024-03-01T11:00:00|COMPLETED||500",
+        "   ",
+        "2|2024-03-01T10:30:00|Unknown|Unknown|PENDING|gres/gpu=2|",
+    ]
+    p = tmp_path / "crlf.psv"
+    p.write_bytes("\r\n".join(rows).encode())
+    monkeypatch.setattr(sacct_module, "BLOCK_BYTES", 64)  # blocks shorter than a line
+    h = read_sacct(p)
+    assert h.recorded["job_id"].tolist() == ["1", "2"]
+    assert _row(h, "1").energy_j == 500 and _row(h, "2").num_gpu == 2
+    p.write_bytes("\r\n".join([*rows, "3|xyz|||COMPLETED||"]).encode())
+    with pytest.raises(InputError, match=r"crlf.psv:7: field 'Submit': 'xyz' is not a timestamp"):
+        read_sacct(p)
+
+
+def test_json_errors_and_requeued_runs(tmp_path):
+    def job(state, submit, limit=60):
+        return (
+            '{"job_id": 5, "state": {"current": ' + state + '}, "time": {"submission": ' + str(submit) + ", "
+            '"start": '
+            + str(submit + 10)
+            + ', "end": '
+            + str(submit + 70)
+            + ', "elapsed": 60, "limit": '
+            + json_value(limit)
+            + '}, "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 2}]}}'
+        )
+
+    def json_value(v):
+        return f'"{v}"' if isinstance(v, str) else str(v)
+
+    p = tmp_path / "j.json"
+    p.write_text(
+        '{"jobs": [' + job('["REQUEUED"]', 1709287200) + ", " + job('["COMPLETED"]', 1709287300) + "]}"
+    )
+    h = read_sacct(p)
+    assert h.recorded["job_id"].tolist() == ["5"] and h.recorded["requeues"].tolist() == [1]
+    assert h.time_origin_utc == "2024-03-01T10:01:40+00:00"
+    p.write_text('{"jobs": [' + job('"COMPLETED"', 1709287200, limit="abc") + "]}")
+    with pytest.raises(
+        InputError, match=r"j.json: field 'jobs\[0\].time.limit': 'abc' is not a number \(job 5\)"
+    ):
+        read_sacct(p)
+    p.write_text('{"jobs": [\n{"job_id": 1,}\n]}')
+    with pytest.raises(InputError, match=r"j.json:2: not valid JSON"):
+        read_sacct(p)
+    p.write_text('{"nodes": []}')
+    with pytest.raises(InputError, match=r"expected sacct --json output"):
+        read_sacct(p)

@@ -199,7 +199,9 @@ def _owned(values: np.ndarray, dtype) -> np.ndarray:
 def _text_column(values: np.ndarray) -> np.ndarray:
     """An object array of str ("" where missing)."""
     out = np.asarray(values, dtype=object)
-    missing = np.equal(out, None)
+    import pandas as pd
+
+    missing = np.asarray(pd.isna(out), dtype=bool)
     if missing.any() or not out.flags.writeable:
         out = out.copy()
         out[missing] = ""
