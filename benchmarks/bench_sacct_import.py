@@ -7,7 +7,9 @@ calibration loop timed in the same run (so figures from different machines can b
 
     PYTHONPATH=src python benchmarks/bench_sacct_import.py [--jobs 1000000]
 
-Target: under 60 s for 10^6 jobs on 2 cores, with memory bounded by the jobs kept (not the file's size).
+Target: under 60 s for 10^6 jobs on 2 cores, with memory bounded by the jobs kept (not the file's size):
+``--srun-steps 6`` writes the same jobs with six more steps each (a file three times as long), and the peak RSS
+should stay about the same.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ def _stamp(epoch: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
 
 
-def generate(path: Path, jobs: int, seed: int = 29) -> int:
-    """Write the history; returns its line count."""
+def generate(path: Path, jobs: int, seed: int = 29, srun_steps: int = 0) -> int:
+    """Write the history; returns its line count. ``srun_steps`` adds that many ``<job>.<n>`` steps per job."""
     rng = np.random.default_rng(seed)
     t0 = 1_700_000_000
     submit = t0 + np.sort(rng.integers(0, 90 * 86400, jobs))
@@ -114,7 +116,12 @@ def generate(path: Path, jobs: int, seed: int = 29) -> int:
                 f"{job_id}.extern|{raw}.extern||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|"
                 f"{_hms(en - st)}|COMPLETED|{tres}||{node_list}|{nodes}||0"
             )
-            lines += 3
+            for step in range(srun_steps):
+                out.append(
+                    f"{job_id}.{step}|{raw}.{step}||{acct}||{_stamp(st)}|{_stamp(st)}|{_stamp(en)}|"
+                    f"{_hms(en - st)}|{state}|{tres}||{node_list}|{nodes}||{energy}"
+                )
+            lines += 3 + srun_steps
             if len(out) > 100_000:
                 f.write("\n".join(out) + "\n")
                 out.clear()
@@ -149,6 +156,7 @@ def calibration_s() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--srun-steps", type=int, default=0, help="extra srun steps per job (a longer file)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -157,7 +165,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sacct.psv"
         t = time.perf_counter()
-        lines = generate(path, args.jobs)
+        lines = generate(path, args.jobs, srun_steps=args.srun_steps)
         gen_s = time.perf_counter() - t
         size_mib = path.stat().st_size / 2**20
         calib = calibration_s()
