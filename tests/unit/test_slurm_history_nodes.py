@@ -109,3 +109,29 @@ def test_memory_units():
     assert memory_mib("2048K") == 2 and memory_mib("100") == 100
     with pytest.raises(ValueError):
         memory_mib("lots")
+
+
+def test_real_slurm_22_05_sinfo_json_and_scontrol_text():
+    # Captured from the local test Slurm (tests/slurm_testbed.py, Debian's Slurm 22.05.8): 22.05's scontrol has
+    # no --json, its sinfo --json lists node records.
+    from_json = read_slurm_nodes(FIXTURES / "sinfo_2205_testbed.json")
+    from_text = read_slurm_nodes(FIXTURES / "scontrol_show_nodes_2205_testbed.txt")
+    for n in (from_json, from_text):
+        df = n.nodes.set_index("name")
+        assert sorted(df.index) == ["gpu1", "gpu2"]
+        assert (df["gpu_model"] == "A100").all() and (df["gpus"] == 4).all()
+        assert (df["cpus"] == 8).all() and (df["memory_mib"] == 16000).all() and (df["state"] == "IDLE").all()
+        assert n.partitions == {"main": ["gpu1", "gpu2"]}
+    assert "text" in from_text.notes[0]
+
+
+def test_state_flags_and_text_errors(tmp_path):
+    p = tmp_path / "n.json"
+    p.write_text('{"nodes": [{"name": "a", "state": "mixed", "state_flags": ["DRAIN"], "gres": "gpu:2"}]}')
+    n = read_slurm_nodes(p)
+    assert n.nodes["state"].tolist() == ["MIXED+DRAIN"] and n.nodes["gpus"].tolist() == [2]
+    t = tmp_path / "n.txt"
+    t.write_text("NodeName=a CPUTot=8 RealMemory=100 Gres=gpu:a100:2 State=IDLE Partitions=p\n"
+                 "NodeName=b CPUTot=x RealMemory=100 Gres=(null) State=IDLE\n")  # fmt: skip
+    with pytest.raises(InputError, match=r"n.txt:2: field 'nodes.b.CPUTot': 'x' is not a number"):
+        read_slurm_nodes(t)

@@ -1,7 +1,9 @@
-"""``scontrol show nodes --json`` or ``sinfo --json`` read into a :class:`SlurmNodes` (docs/whatif.md §2).
+"""``sinfo --json``, ``scontrol show nodes --json`` or ``scontrol show nodes`` read into a :class:`SlurmNodes`
+(docs/whatif.md §2.7).
 
-Detected by shape: a ``nodes`` list of node records (``scontrol show nodes --json``, and ``sinfo --json`` up to
-Slurm 22.05, which adds a ``partitions`` list), or an ``sinfo`` list of node groups (``sinfo --json`` from 23.02).
+Detected by shape: a ``nodes`` list of node records (``sinfo --json`` of Slurm 22.05, whose scontrol has no
+``--json``; ``scontrol show nodes --json`` from 23.02), an ``sinfo`` list of node groups (``sinfo --json`` from
+23.02), or scontrol's text (``NodeName=... Gres=... RealMemory=...``, any version).
 GPU model and count come from each node's GRES (``gpu:a100:4(S:0-1)``, ``gpu:4``); Slurm's GPU type names map to
 the GPU catalog case-insensitively (``a100`` -> A100, ``h100`` -> H100), or through ``gpu_map`` for site names
 (``{"tesla": "V100"}``).
@@ -16,7 +18,7 @@ from typing import Any
 
 from ...core.errors import InputError
 from ...core.gpus import GPU_CATALOG
-from ..reading import _line_at
+from ..reading import _line_at, read_text_bytes
 from ..validate import one_line
 from . import SlurmNodes
 from ._slurm_text import expand_nodelist
@@ -81,16 +83,21 @@ def read_slurm_nodes(path: str | Path, gpu_map: dict[str, str] | None = None) ->
     import pandas as pd
 
     path = Path(path)
-    doc = _load_json(path)
     notes: list[str] = []
     partitions: dict[str, list[str]] = {}
-    if isinstance(doc.get("sinfo"), list):
+    text = _scontrol_text(path)
+    doc = {} if text is not None else _load_json(path)
+    if text is not None:
+        records = _from_scontrol_text(path, text)
+        notes.append("read as scontrol show nodes (text) output")
+    elif isinstance(doc.get("sinfo"), list):
         records = _from_sinfo(path, doc["sinfo"])
         notes.append("read as sinfo --json output (node groups, Slurm 23.02+)")
     elif isinstance(doc.get("nodes"), list):
         records = [_from_node(path, i, n) for i, n in enumerate(doc["nodes"])]
-        kind = "sinfo --json" if isinstance(doc.get("partitions"), list) else "scontrol show nodes --json"
-        notes.append(f"read as {kind} output")
+        notes.append(
+            "read as a JSON node list (sinfo --json of Slurm 22.05, scontrol show nodes --json of 23.02+)"
+        )
         for p in doc.get("partitions") or []:
             if isinstance(p, dict) and p.get("name"):
                 raw_nodes = p.get("nodes")
@@ -193,10 +200,11 @@ def _load_json(path: Path) -> dict:
     return doc
 
 
-def _state(value: Any) -> str:
-    if isinstance(value, list):
-        return "+".join(str(v).upper() for v in value)
-    return str(value or "").upper()
+def _state(value: Any, flags: Any = None) -> str:
+    """``IDLE``, ``MIXED+DRAIN``: a string (22.05, with ``state_flags`` apart) or a list (23.02+)."""
+    words = [str(v).upper() for v in value] if isinstance(value, list) else [str(value or "").upper()]
+    words += [str(f).upper() for f in flags or [] if str(f).upper() not in words]
+    return "+".join(w for w in words if w)
 
 
 def _int(value: Any, where: str, path: Path) -> int:
@@ -233,8 +241,59 @@ def _from_node(path: Path, i: int, node: Any) -> dict[str, Any]:
         "gres_gpus": _gres(path, f"{where}.gres", node.get("gres")),
         "cpus": _int(node.get("cpus"), f"{where}.cpus", path),
         "memory_mib": _int(node.get("real_memory"), f"{where}.real_memory", path),
-        "state": _state(node.get("state")),
+        "state": _state(node.get("state"), node.get("state_flags")),
     }
+
+
+def _scontrol_text(path: Path) -> str | None:
+    """The file's text when it is ``scontrol show nodes`` output (not JSON), else None."""
+    try:
+        head = path.open("rb").read(4096)
+    except OSError:
+        return None  # _load_json says why
+    if head.lstrip()[:1] in (b"{", b"[") or b"NodeName=" not in head:
+        return None
+    data = read_text_bytes(path, "scontrol or sinfo output")
+    return data.decode("utf-8")
+
+
+_KEY_VALUE = re.compile(r"(?:^|\s)([A-Za-z_]+)=(\S*)")
+
+
+def _from_scontrol_text(path: Path, text: str) -> list[dict[str, Any]]:
+    """Records of ``scontrol show nodes`` (several lines per node, or one with ``-o``)."""
+    out = []
+    starts = [m.start() for m in re.finditer(r"(?m)^NodeName=", text)]
+    if not starts:
+        raise InputError(path, 1, "NodeName", "expected scontrol show nodes output (NodeName=...)")
+    for k, start in enumerate(starts):
+        block = text[start : starts[k + 1] if k + 1 < len(starts) else len(text)]
+        line = text.count("\n", 0, start) + 1
+        fields = dict(_KEY_VALUE.findall(block))
+        name = fields.get("NodeName", "")
+        where = f"nodes.{name}"
+        try:
+            gpus = parse_gpu_gres(fields.get("Gres", ""))
+        except ValueError as exc:
+            raise InputError(path, line, f"{where}.Gres", str(exc)) from None
+        numbers = {}
+        for key in ("CPUTot", "RealMemory"):
+            value = fields.get(key, "0")
+            if not value.isdigit():
+                raise InputError(path, line, f"{where}.{key}", f"{value!r} is not a number")
+            numbers[key] = int(value)
+        parts = fields.get("Partitions", "")
+        out.append(
+            {
+                "name": name,
+                "partitions": [p for p in parts.split(",") if p and p != "(null)"],
+                "gres_gpus": gpus,
+                "cpus": numbers["CPUTot"],
+                "memory_mib": numbers["RealMemory"],
+                "state": fields.get("State", "").upper(),
+            }
+        )
+    return out
 
 
 def _from_sinfo(path: Path, groups: list) -> list[dict[str, Any]]:
