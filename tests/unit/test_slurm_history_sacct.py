@@ -79,7 +79,8 @@ def test_auto_detects_json_and_reads_slurm_22_05_shape():
     assert sorted(rec["job_id"]) == ["100", "200_1", "300", "500"]
     j100 = _row(h, "100")
     assert (
-        j100.energy_j == 1_440_000
+        j100.energy_j
+        == 1_450_000  # the allocation's energy TRES (the job's ConsumedEnergyRaw), not the steps' sum
         and j100.timelimit_s == 7200
         and j100.num_gpu == 4
         and j100.gpu_type == "a100"
@@ -198,6 +199,15 @@ def test_time_zone_applies_to_wall_times():
     assert any("Europe/Berlin" in n for n in berlin.notes)
     with pytest.raises(InputError, match="unknown time zone"):
         read_sacct(FIXTURES / "sacct_minimal.psv", tz="Mars/Olympus")
+
+
+def test_energy_tres_when_consumed_energy_raw_is_absent(tmp_path):
+    p = tmp_path / "e.psv"
+    p.write_text(
+        "JobID|Submit|Start|End|State|AllocTRES\n"
+        "8|2024-03-01T10:00:00|2024-03-01T10:00:00|2024-03-01T11:00:00|COMPLETED|cpu=2,energy=7200,gres/gpu=1\n"
+    )
+    assert _row(read_sacct(p), "8").energy_j == 7200
 
 
 def test_epoch_timestamps_and_parsable_with_trailing_bar(tmp_path):

@@ -503,6 +503,10 @@ def _parse_block(
     nnodes = _numbers(jerr, jcol("NNodes"), "NNodes")
     nnodes = np.where(np.isfinite(nnodes), nnodes, tres_nodes)
     energy = _numbers(jerr, jcol("ConsumedEnergyRaw"), "ConsumedEnergyRaw")
+    if "AllocTRES" in table.column_names:  # the job's ConsumedEnergyRaw is its allocation's energy TRES
+        tres_energy = pc.struct_field(pc.extract_regex(alloc, _TRES_ENERGY), "n")
+        tres_energy_j = pc.cast(pc.fill_null(tres_energy, "nan"), pa.float64()).to_numpy(zero_copy_only=False)
+        energy = np.where(np.isnan(energy) | (energy == 0), tres_energy_j, energy)
     jerr.raise_first()
     het_num = pc.utf8_slice_codeunits(pc.take(het_text, take), 1)
     het = pc.cast(pc.if_else(pc.equal(het_num, ""), "-1", het_num), pa.int64())
@@ -683,6 +687,7 @@ _TRES_GPU = r"(?:^|,)gres/gpu=(?P<n>[0-9]+)(?:,|$)"
 _TRES_GPU_TYPED = r"(?:^|,)gres/gpu:(?P<t>[^=,]+)=(?P<n>[0-9]+)(?:,|$)"
 _TRES_CPU = r"(?:^|,)cpu=(?P<n>[0-9]+)(?:,|$)"
 _TRES_NODE = r"(?:^|,)node=(?P<n>[0-9]+)(?:,|$)"
+_TRES_ENERGY = r"(?:^|,)energy=(?P<n>[0-9]+)(?:,|$)"
 _TRES_MEM = r"(?:^|,)mem=(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<u>[KMGTP]?)(?:,|$)"
 
 
@@ -885,11 +890,11 @@ def _state_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _json_tres(items: Any) -> tuple[float, str, float, float, float]:
-    """(gpus, gpu type, cpus, memory MiB, nodes) of a TRES list ``[{"type","name","count"}, ...]``."""
+def _json_tres(items: Any) -> tuple[float, str, float, float, float, float]:
+    """(gpus, gpu type, cpus, memory MiB, nodes, energy J) of a TRES list ``[{"type","name","count"}, ...]``."""
     gpus = typed = 0.0
     gpu_type = ""
-    cpus = mem = nodes = math.nan
+    cpus = mem = nodes = energy = math.nan
     for item in items or []:
         kind = str(item.get("type", ""))
         name = str(item.get("name") or "")
@@ -905,7 +910,9 @@ def _json_tres(items: Any) -> tuple[float, str, float, float, float]:
             mem = count  # MiB (Slurm counts memory TRES in MB)
         elif kind == "node":
             nodes = count
-    return (gpus or typed), gpu_type, cpus, mem, nodes
+        elif kind == "energy":
+            energy = count  # what sacct prints as the job's ConsumedEnergyRaw
+    return (gpus or typed), gpu_type, cpus, mem, nodes, energy
 
 
 def _read_json(path: Path, progress: Progress | None) -> SlurmHistory:
@@ -1018,7 +1025,8 @@ def _json_job(job: dict, state: _BlockState) -> tuple[dict, int]:
         label = state_text or "(empty)"
         state.unknown_states[label] = state.unknown_states.get(label, 0) + 1
     alloc = _get(job, "tres.allocated") or []
-    gpus, gpu_type, cpus, mem, tres_nodes = _json_tres(alloc if alloc else _get(job, "tres.requested"))
+    gpus, gpu_type, cpus, mem, tres_nodes, _ = _json_tres(alloc if alloc else _get(job, "tres.requested"))
+    job_energy = _json_tres(alloc)[5]
     nodes = number("allocation_nodes")
     if math.isnan(nodes) or nodes == 0:
         nodes = tres_nodes
@@ -1036,7 +1044,9 @@ def _json_job(job: dict, state: _BlockState) -> tuple[dict, int]:
             raise ValueError(f"steps[{s}].statistics.energy.consumed: {exc}") from None
         if e > 0 and e < 2**63:
             step_sum += e
-    if step_sum > 0:
+    if job_energy > 0:
+        energy = job_energy
+    elif step_sum > 0:
         energy = step_sum
         used_steps = 1
     node_list = _get(job, "nodes") or ""
