@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wattsched.core.errors import InputError
+from wattsched.core.errors import InputError, WattschedError
 from wattsched.workloads.slurm_history import JOB_STATES, RECORDED_COLUMNS
 from wattsched.workloads.slurm_history import sacct as sacct_module
 from wattsched.workloads.slurm_history._slurm_text import format_duration, map_state, parse_duration
@@ -197,7 +197,7 @@ def test_time_zone_applies_to_wall_times():
     assert utc.time_origin_utc == "2024-03-31T01:30:00+00:00" and _row(utc, "1").wait_s == 7200
     assert berlin.time_origin_utc == "2024-03-31T00:30:00+00:00" and _row(berlin, "1").wait_s == 3600
     assert any("Europe/Berlin" in n for n in berlin.notes)
-    with pytest.raises(InputError, match="unknown time zone"):
+    with pytest.raises(WattschedError, match="unknown time zone 'Mars/Olympus'"):
         read_sacct(FIXTURES / "sacct_minimal.psv", tz="Mars/Olympus")
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import InputError
+from ...core.errors import InputError, WattschedError
 from ..reading import _field_count_error, _line_at
 from ..validate import one_line
 from . import JOB_STATES, RECORDED_COLUMNS, SlurmHistory
@@ -92,7 +92,9 @@ def _check_tz(tz: str) -> None:
     try:
         pd.Timestamp(0).tz_localize(tz)
     except Exception:
-        raise InputError("--tz", None, None, f"unknown time zone {tz!r} (an IANA name such as UTC)") from None
+        raise WattschedError(
+            f"unknown time zone {tz!r} (an IANA name such as UTC or Europe/Berlin)"
+        ) from None
 
 
 def _first_bytes(path: Path) -> bytes:
