@@ -304,7 +304,7 @@ def _read_parsable(path: Path, progress: Progress | None, tz: str) -> SlurmHisto
                     continue
                 block, carry = data[:cut], data[cut:]
             if block:
-                jobs_t, steps_t, n_lines = _parse_block(path, block, first_line, names, header, state, tz)
+                jobs_t, steps_t, n_lines = _parse_block(path, block, first_line, names, state, tz)
                 if jobs_t is not None:
                     job_tables.append(jobs_t)
                 if steps_t is not None:
@@ -323,7 +323,7 @@ def _header(path: Path, header_bytes: bytes) -> list[str]:
         text = header_bytes.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, 1, None, f"not UTF-8 text: {exc}") from None
-    text = text.rstrip("\r\n")
+    text = text.rstrip("\r\n").lstrip("\ufeff")  # a byte-order mark, if an editor added one
     if not text.strip():
         raise InputError(path, 1, None, "the header line is empty (expected sacct's field names)")
     if "|" not in text and text.strip() not in REQUIRED_FIELDS:
@@ -382,7 +382,6 @@ def _parse_block(
     block: bytes,
     first_line: int,
     names: list[str],
-    header: list[str],
     state: _BlockState,
     tz: str,
 ):
