@@ -86,7 +86,10 @@ class WhatIfConfig(BaseModel):
     year: int = Field(2023, description="price and carbon year of --region (same weekday and hour)")
     price_csv: str | None = same_setting("price_csv")
     carbon_csv: str | None = same_setting("carbon_csv")
-    signal_tz: str = same_setting("signal_tz")
+    tz: str = Field(
+        "UTC", description="time zone of sacct's timestamps (it writes local time without a zone)"
+    )
+    signal_tz: str | None = Field(None, description="time zone of --price-csv / --carbon-csv [default: --tz]")
     idle_timeout_s: float = Field(
         1800.0, gt=0, description="right-sizing: idle time before a node is switched off"
     )
@@ -137,7 +140,7 @@ def read_history(cfg: WhatIfConfig) -> tuple[SlurmHistory, SlurmNodes]:
     from ..workloads.slurm_history.nodes import read_slurm_nodes
     from ..workloads.slurm_history.sacct import read_sacct
 
-    history = read_sacct(cfg.sacct, cfg.sacct_format)
+    history = read_sacct(cfg.sacct, cfg.sacct_format, tz=cfg.tz)
     nodes = read_slurm_nodes(cfg.nodes)
     if cfg.power:
         history = _with_power(history, nodes, cfg.power)
@@ -161,7 +164,7 @@ def _with_power(history: SlurmHistory, nodes: SlurmNodes, path: str) -> SlurmHis
 
 def load(cfg: WhatIfConfig) -> Loaded:
     """The history read and the replay's inputs written (once per process for one config)."""
-    key = (cfg.sacct, cfg.nodes, cfg.sacct_format, cfg.power, cfg.inputs_dir)
+    key = (cfg.sacct, cfg.nodes, cfg.sacct_format, cfg.tz, cfg.power, cfg.inputs_dir)
     found = _LOADED.get(key)
     if found is not None:
         return found
@@ -188,7 +191,7 @@ def signal_settings(cfg: WhatIfConfig, time_origin_utc: str) -> dict[str, Any]:
         if cfg.region:
             raise WattschedError("give --region or --price-csv/--carbon-csv, not both")
         return {
-            "price_csv": cfg.price_csv, "carbon_csv": cfg.carbon_csv, "signal_tz": cfg.signal_tz,
+            "price_csv": cfg.price_csv, "carbon_csv": cfg.carbon_csv, "signal_tz": cfg.signal_tz or cfg.tz,
             "align": "offset", "grid_start": time_origin_utc.replace("Z", "+00:00"),
         }  # fmt: skip
     return {"region": cfg.region or DEFAULT_REGION, "year": cfg.year}
