@@ -68,3 +68,16 @@ def fifo_history(n: int = 30, seed: int = 0, energy: bool = True, source: str = 
     counts = recorded["state"].value_counts().to_dict()
     return SlurmHistory(recorded, "2023-03-06T08:00:00Z", {str(k): int(v) for k, v in counts.items()},
                         ["read by the test fixture"], source)  # fmt: skip
+
+
+def hourly_signals(folder, start: str = "2023-03-05T00:00:00Z", hours: int = 24 * 10) -> tuple[str, str]:
+    """An hourly price CSV (cheap nights, dear days) and a flat carbon CSV covering the fixture's dates."""
+    from pathlib import Path
+
+    times = pd.date_range(start, periods=hours, freq="h")
+    price = np.where((times.hour >= 8) & (times.hour < 20), 120.0, 30.0)
+    stamps = times.strftime("%Y-%m-%dT%H:%M:%SZ")
+    price_csv, carbon_csv = Path(folder) / "price.csv", Path(folder) / "carbon.csv"
+    pd.DataFrame({"time": stamps, "price_usd_per_mwh": price}).to_csv(price_csv, index=False)
+    pd.DataFrame({"time": stamps, "carbon_g_per_kwh": 300.0}).to_csv(carbon_csv, index=False)
+    return str(price_csv), str(carbon_csv)

@@ -132,9 +132,6 @@ def provide_history(sacct: str, nodes_file: str, history: SlurmHistory, nodes: S
 
 def read_history(cfg: WhatIfConfig) -> tuple[SlurmHistory, SlurmNodes]:
     """The history and nodes the config names (read with the slurm_history readers)."""
-    given = _GIVEN.get((cfg.sacct, cfg.nodes))
-    if given is not None:
-        return given
     if not cfg.sacct or not cfg.nodes:
         raise WattschedError("whatif needs --sacct FILE and --nodes FILE")
     from ..workloads.slurm_history.nodes import read_slurm_nodes
@@ -170,7 +167,7 @@ def load(cfg: WhatIfConfig) -> Loaded:
         return found
     from ..workloads.slurm_history import write_inputs
 
-    history, nodes = read_history(cfg)
+    history, nodes = _GIVEN.get((cfg.sacct, cfg.nodes)) or read_history(cfg)
     out = Path(cfg.inputs_dir) if cfg.inputs_dir else _default_inputs_dir(cfg)
     jobs_csv, cluster_yaml = write_inputs(history, nodes, out)
     found = _LOADED[key] = Loaded(history, nodes, jobs_csv.resolve(), cluster_yaml.resolve())
@@ -193,6 +190,8 @@ def signal_settings(cfg: WhatIfConfig, time_origin_utc: str) -> dict[str, Any]:
         return {
             "price_csv": cfg.price_csv, "carbon_csv": cfg.carbon_csv, "signal_tz": cfg.signal_tz or cfg.tz,
             "align": "offset", "grid_start": time_origin_utc.replace("Z", "+00:00"),
+            # The file need only cover the history's dates: the rest of its year is held at the nearest hour.
+            "year": int(time_origin_utc[:4]), "signal_fill": "hold", "signal_max_gap_hours": 6,
         }  # fmt: skip
     return {"region": cfg.region or DEFAULT_REGION, "year": cfg.year}
 
