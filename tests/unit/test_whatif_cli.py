@@ -78,3 +78,10 @@ def test_experiment_command_has_the_whatif_flags():
     result = CliRunner().invoke(app, ["experiment", "whatif", "--help"])
     assert result.exit_code == 0
     assert "--sacct" in result.output and "--idle-timeout-s" in result.output
+
+
+def test_the_stand_in_help_is_the_commands():
+    from wattsched.cli import main
+    from wattsched.cli.whatif import WHATIF_HELP
+
+    assert main.WHATIF_HELP == WHATIF_HELP

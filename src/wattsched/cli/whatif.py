@@ -76,7 +76,7 @@ def whatif_command(
     quiet: QuietOption = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="write OUT/report.html")] = True,
 ) -> None:
-    """Replay your Slurm history under its own policy and the energy-aware ones; write the report."""
+    """(WHATIF_HELP, set below: one line, as the stand-in in cli/main.py lists it)"""
     from pydantic import ValidationError
 
     from ..core.errors import WattschedError
@@ -148,5 +148,7 @@ def whatif_command(
         highlight=False,
     )
 
+
+whatif_command.__doc__ = WHATIF_HELP
 
 __all__ = ["WHATIF_HELP", "whatif_command"]
