@@ -42,7 +42,9 @@ def test_start_errors_bands_and_rank_correlation():
     recorded_starts = [1000.0, 1100.0, 1300.0, 2000.0, 5000.0]
     errors = [0.0, 30.0, -300.0, 1200.0, -4000.0]  # replayed - recorded
     replay_starts = [r + e - 1000.0 for r, e in zip(recorded_starts, errors, strict=True)]
-    f, jobs = replay_check(_recorded(recorded_starts, submits), _replayed(replay_starts, [s - 1000 for s in submits]))
+    f, jobs = replay_check(
+        _recorded(recorded_starts, submits), _replayed(replay_starts, [s - 1000 for s in submits])
+    )
     assert jobs["start_error_s"].tolist() == pytest.approx(errors)
     assert f["jobs_compared"] == 5
     assert f["start_abs_error_median_s"] == pytest.approx(300.0)
@@ -103,11 +105,15 @@ def test_attribution_adds_up_to_the_power_drawn_while_gpus_are_held(specs):
     times = np.unique(np.concatenate([jobs["start_s"], jobs["end_s"]]))
     alloc = np.array([sum(g for s, d, g in specs if s <= t < s + d) for t in times], dtype=float)
     power = 500.0 + 300.0 * alloc  # idle draw shared too
-    series = pd.DataFrame({"time_s": times, "allocated_gpus": alloc, "power_w": power, "gpu_w": 300.0 * alloc})
+    series = pd.DataFrame(
+        {"time_s": times, "allocated_gpus": alloc, "power_w": power, "gpu_w": 300.0 * alloc}
+    )
     out = attribute_jobs(jobs, series)
     held = float(np.sum(np.where(alloc[:-1] > 0, power[:-1], 0.0) * np.diff(times))) / 3.6e6
     assert out["energy_kwh"].sum() == pytest.approx(held, rel=1e-9, abs=1e-12)
     # A job of twice the GPUs over the same interval as another gets twice the energy.
-    per_gpu_s = out["gpu_energy_kwh"].to_numpy() * 3.6e6 / (jobs["num_gpu"] * (jobs["end_s"] - jobs["start_s"]))
+    per_gpu_s = (
+        out["gpu_energy_kwh"].to_numpy() * 3.6e6 / (jobs["num_gpu"] * (jobs["end_s"] - jobs["start_s"]))
+    )
     assert np.allclose(per_gpu_s, 300.0)
     assert out["cost_usd"].isna().all()  # no price series, no cost

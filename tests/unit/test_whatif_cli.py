@@ -69,7 +69,9 @@ def test_reader_error_is_one_line(monkeypatch, tmp_path):
         raise InputError("sacct.txt", 7, "Elapsed", "'12:xx' is not a duration")
 
     monkeypatch.setattr(whatif, "read_history", broken)
-    result = CliRunner().invoke(app, ["whatif", "--sacct", "sacct.txt", "--nodes", "n", "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["whatif", "--sacct", "sacct.txt", "--nodes", "n", "--out", str(tmp_path)]
+    )
     assert result.exit_code == 2
     assert "sacct.txt:7: field 'Elapsed': '12:xx' is not a duration" in result.output
 

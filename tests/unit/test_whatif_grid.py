@@ -24,7 +24,7 @@ def whatif_run(tmp_path_factory):
 
 
 def test_every_variant_runs_on_one_job_model_baseline_first(whatif_run):
-    cfg, result = whatif_run
+    _, result = whatif_run
     records = result.records
     assert records["variant"].tolist() == ["baseline", "right-sizing", "power-cap", "pwr-fgd", "price-shift"]
     assert (records["jobs_completed"] == 30).all()

@@ -9,7 +9,7 @@ the replay check and one line per policy on the terminal, and ``OUT/report.html`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -91,7 +91,7 @@ def whatif_command(
     )
 
     with user_errors():
-        settings = {
+        settings: dict[str, Any] = {
             "sacct": str(sacct), "nodes": str(nodes), "sacct_format": sacct_format, "tz": tz,
             "power": None if power is None else str(power), "region": region, "year": year,
             "price_csv": None if price_csv is None else str(price_csv),

@@ -134,19 +134,23 @@ def read_history(cfg: WhatIfConfig) -> tuple[SlurmHistory, SlurmNodes]:
     """The history and nodes the config names (read with the slurm_history readers)."""
     if not cfg.sacct or not cfg.nodes:
         raise WattschedError("whatif needs --sacct FILE and --nodes FILE")
-    from ..workloads.slurm_history.nodes import read_slurm_nodes
-    from ..workloads.slurm_history.sacct import read_sacct
-
-    history = read_sacct(cfg.sacct, cfg.sacct_format, tz=cfg.tz)
-    nodes = read_slurm_nodes(cfg.nodes)
+    history = _reader("sacct").read_sacct(cfg.sacct, cfg.sacct_format, tz=cfg.tz)
+    nodes = _reader("nodes").read_slurm_nodes(cfg.nodes)
     if cfg.power:
         history = _with_power(history, nodes, cfg.power)
     return history, nodes
 
 
+def _reader(module: str) -> Any:
+    """A module of slurm_history (the readers are their own modules), imported when first used."""
+    import importlib
+
+    return importlib.import_module(f"wattsched.workloads.slurm_history.{module}")
+
+
 def _with_power(history: SlurmHistory, nodes: SlurmNodes, path: str) -> SlurmHistory:
     try:
-        from ..workloads.slurm_history import power
+        power = _reader("power")
     except ImportError:
         raise WattschedError(
             "--power: this build has no power reader (workloads/slurm_history/power.py)"
