@@ -76,3 +76,20 @@ def test_co_location_needs_profiles_and_unknown_variants_are_named(tmp_path):
         experiment("whatif").grid(
             WhatIfConfig(sacct="s2", nodes="n2", region="DE-LU", price_csv="p.csv", inputs_dir=str(tmp_path))
         )
+
+
+def test_co_location_runs_on_measured_profiles_with_the_same_job_model(tmp_path):
+    import os
+
+    if not os.environ.get("WATTSCHED_DATA"):
+        pytest.skip("needs WATTSCHED_DATA for the h200-colocation-probe profiles")
+    price, carbon = hourly_signals(tmp_path)
+    provide_history("s3", "n3", fifo_history(12), two_partition_nodes())
+    cfg = WhatIfConfig(
+        sacct="s3", nodes="n3", inputs_dir=str(tmp_path / "in"), price_csv=price, carbon_csv=carbon,
+        profiles="h200-colocation-probe/gpu-bound.csv", variants=["co-location"],
+    )  # fmt: skip
+    result = run_experiment(experiment("whatif"), cfg, tmp_path / "out", workers=1, plots=False)
+    assert result.records["variant"].tolist() == ["baseline", "co-location"]
+    assert result.records["policy"].tolist()[1] == "eaco"
+    assert (result.records["jobs_completed"] == 12).all()

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import WattschedError
 from .config import SimulationConfig, same_setting
+from .jobmodel import require_one_job_model
 from .protocol import EXPERIMENTS, Cell, Experiment, Outcome, Section
 
 if TYPE_CHECKING:
@@ -240,7 +241,9 @@ class WhatIf(Experiment):
             "power_states": {"idle_timeout_s": cfg.idle_timeout_s, "boot_time_s": cfg.boot_time_s},
             **signal_settings(cfg, loaded.history.time_origin_utc),
         }
-        return [Cell({"variant": v}, SimulationConfig(**shared, **VARIANTS[v])) for v in variants]
+        cells = [Cell({"variant": v}, SimulationConfig(**shared, **VARIANTS[v])) for v in variants]
+        require_one_job_model({c.keys["variant"]: c.config for c in cells}, "whatif")
+        return cells
 
     def raw(self, result: RunResult) -> Any:
         from .whatif_tables import attribute_jobs
