@@ -93,3 +93,17 @@ def test_co_location_runs_on_measured_profiles_with_the_same_job_model(tmp_path)
     assert result.records["variant"].tolist() == ["baseline", "co-location"]
     assert result.records["policy"].tolist()[1] == "eaco"
     assert (result.records["jobs_completed"] == 12).all()
+
+
+def test_deadline_aware_power_capping_on_request(tmp_path):
+    price, carbon = hourly_signals(tmp_path)
+    provide_history("s4", "n4", fifo_history(12), two_partition_nodes())
+    cfg = WhatIfConfig(
+        sacct="s4", nodes="n4", inputs_dir=str(tmp_path / "in"), price_csv=price, carbon_csv=carbon,
+        variants=["power-cap-deadline"],
+    )  # fmt: skip
+    records = run_experiment(experiment("whatif"), cfg, tmp_path / "out", workers=1, plots=False).records
+    assert records["policy"].tolist() == ["backfill+best-fit", "hkbu-dvfs"]
+    base, capped = records.iloc[0], records.iloc[1]
+    assert capped["energy_kwh"] < base["energy_kwh"]
+    assert capped["deadline_misses"] <= base["deadline_misses"]  # it picks limits that meet deadlines

@@ -52,8 +52,8 @@ def whatif_command(
         str | None,
         typer.Option(
             "--variants",
-            help="comma-separated: baseline, right-sizing, power-cap, pwr-fgd, price-shift, co-location "
-            "[default: all but co-location]",
+            help="comma-separated: baseline, right-sizing, power-cap, power-cap-deadline, pwr-fgd, price-shift, "
+            "co-location [default: all but power-cap-deadline and co-location]",
         ),
     ] = None,
     profiles: Annotated[

@@ -12,6 +12,8 @@ The variants (:data:`VARIANTS`):
 * ``right-sizing``: the same, with idle nodes switched off after ``idle_timeout_s`` (``idle-timeout``);
 * ``power-cap``: the same, with each job's GPUs at the energy-optimal power limit of their model (``governor:
   energy-optimal``, Zeus-fitted curves, docs/dvfs.md);
+* ``power-cap-deadline`` (on request): HKBU-DVFS, EDF starts with each job at the least-energy power limit that
+  meets its deadline (``allocation: hkbu-dvfs``);
 * ``pwr-fgd``: the same queue with the PWR+FGD placement (``pwr_200_fgd_800``, docs/fgd-pwr.md);
 * ``price-shift``: CE-DLA's price-aware plan over the day-ahead prices (``allocation: cedla``), every node on;
 * ``co-location``: EaCO's energy-aware GPU sharing, only with measured profiles (``--profiles``).
@@ -52,15 +54,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "power-cap": {
         "queue": "backfill", "placement": "best-fit", "power_manager": "always-on", "governor": "energy-optimal",
     },
+    "power-cap-deadline": {"allocation": "hkbu-dvfs", "power_manager": "always-on"},
     "pwr-fgd": {"queue": "backfill", "placement": PWR_FGD, "power_manager": "always-on"},
     "price-shift": {"allocation": "cedla", "power_manager": "always-on"},
     "co-location": {"allocation": "eaco", "power_manager": "always-on"},
 }  # fmt: skip
 NEEDS_PROFILES = frozenset({"co-location"})
+NOT_BY_DEFAULT = frozenset({"co-location", "power-cap-deadline"})
 WHAT_EACH_IS: dict[str, str] = {
     BASELINE: "FIFO + EASY backfill, best-fit, always on (Slurm's default)",
     "right-sizing": "idle nodes off after the idle timeout, booted on demand",
     "power-cap": "each job's GPUs at their model's energy-optimal power limit",
+    "power-cap-deadline": "HKBU-DVFS: EDF starts, each job at the least-energy power limit that meets its deadline",
     "pwr-fgd": f"PWR+FGD placement ({PWR_FGD})",
     "price-shift": "CE-DLA price-aware plan (deferrable work moved to cheap hours)",
     "co-location": "EaCO GPU co-location on measured profiles",
@@ -77,9 +82,10 @@ class WhatIfConfig(BaseModel):
         None, description="per-GPU power over time (Prometheus text or CSV): measured per-job power"
     )
     variants: list[str] = Field(
-        default_factory=lambda: [v for v in VARIANTS if v not in NEEDS_PROFILES],
-        description="comma-separated: baseline, right-sizing, power-cap, pwr-fgd, price-shift, co-location "
-        "(co-location needs --profiles; baseline is always run)",
+        default_factory=lambda: [v for v in VARIANTS if v not in NOT_BY_DEFAULT],
+        description="comma-separated: baseline, right-sizing, power-cap, power-cap-deadline, pwr-fgd, "
+        "price-shift, co-location (co-location needs --profiles; baseline is always run) [default: all but "
+        "power-cap-deadline and co-location]",
     )
     region: str | None = Field(
         None, description=f"grid region for prices and carbon [default: {DEFAULT_REGION} unless --price-csv]"
