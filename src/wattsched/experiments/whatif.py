@@ -152,16 +152,17 @@ def _reader(module: str) -> Any:
     """A module of slurm_history (the readers are their own modules), imported when first used."""
     import importlib
 
-    return importlib.import_module(f"wattsched.workloads.slurm_history.{module}")
+    name = f"wattsched.workloads.slurm_history.{module}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        raise WattschedError(f"this build has no {module} reader ({name.replace('.', '/')}.py)") from None
 
 
 def _with_power(history: SlurmHistory, nodes: SlurmNodes, path: str) -> SlurmHistory:
-    try:
-        power = _reader("power")
-    except ImportError:
-        raise WattschedError(
-            "--power: this build has no power reader (workloads/slurm_history/power.py)"
-        ) from None
+    power = _reader("power")
     apply = getattr(power, "apply_power", None)
     if apply is None:
         raise WattschedError(
