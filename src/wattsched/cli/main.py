@@ -143,6 +143,20 @@ def simulate_command() -> Callable[..., None]:
 
 
 add_lazy_command(app, "simulate", simulate_command, SIMULATE_HELP)
+
+
+def _whatif_command() -> Callable[..., None]:
+    from .whatif import whatif_command
+
+    return whatif_command
+
+
+# The same text as whatif.py's WHATIF_HELP (importing it would load the command's module at start-up).
+WHATIF_HELP = (
+    "Replay your Slurm history (sacct) on your nodes under FIFO + EASY backfill and the energy-aware policies; "
+    "check the replay against what happened; write the tables and OUT/report.html."
+)
+add_lazy_command(app, "whatif", _whatif_command, WHATIF_HELP)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("agent")(agent_command)

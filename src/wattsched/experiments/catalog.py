@@ -16,6 +16,7 @@ EXPERIMENT_MODULES: dict[str, str] = {
     "hkbu-online-pd": "hkbu_online_pd",
     "idle-timeout-sweep": "idle_timeout_sweep",
     "powerflow": "powerflow",
+    "whatif": "whatif",
 }
 
 

@@ -387,6 +387,12 @@ def markdown_table(frame: pd.DataFrame, digits: int = 4) -> list[str]:
     return lines
 
 
+def cell_text(value: Any, digits: int) -> str:
+    """A table value as summary.md shows it (HTML callers escape it themselves)."""
+    text = _cell(value, digits)
+    return text.replace("\\|", "|") if isinstance(value, str) else text
+
+
 def _cell(value: Any, digits: int) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "\u2014"

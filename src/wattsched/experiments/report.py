@@ -31,6 +31,7 @@ from .compare import (
     shown_metrics,
 )
 from .jobmodel import summary_line
+from .protocol import Section
 from .report_data import esc, experiment_assumptions, load_run, run_assumptions, short_names
 from .report_plots import (
     PLOTS_SKIPPED,
@@ -117,6 +118,27 @@ def table_html(frame: pd.DataFrame, metrics: list, table_id: str) -> str:
     )
 
 
+def section_html(section: Section, index: int) -> str:
+    """A :class:`~.protocol.Section` as HTML: a heading, its sentences (a line starting "- " is a list item) and
+    its table (values as summary.md shows them: floats to the section's significant digits)."""
+    from .protocol import cell_text
+
+    parts = [f'<h2 id="section-{index + 1}">{esc(section.title)}</h2>']
+    items = [line[2:].replace("**", "") for line in section.lines if line.startswith("- ")]
+    parts += [f"<p>{esc(line)}</p>" for line in section.lines if line and not line.startswith("- ")]
+    if items:
+        parts += ['<ul class="assume">', *(f"<li>{esc(item)}</li>" for item in items), "</ul>"]
+    table = section.table
+    if table is not None and not table.empty:
+        parts.append('<div class="scroll"><table>')
+        parts.append("<tr>" + "".join(f'<th class="l">{esc(str(c))}</th>' for c in table.columns) + "</tr>")
+        for row in table.itertuples(index=False):
+            cells = "".join(f"<td>{esc(cell_text(v, section.digits))}</td>" for v in row)
+            parts.append(f"<tr>{cells}</tr>")
+        parts.append("</table></div>")
+    return "\n".join(parts)
+
+
 def _figure(key: str, title: str, made: tuple[str, str] | None, why: str) -> str:
     if made is None:
         return f'<h3>{esc(title)}</h3><p class="missing" id="plot-{key}-missing">{esc(why)}</p>'
@@ -147,10 +169,12 @@ def build_report(
     generated: str | None = None,
     notes: Sequence[str] = (),
     frame: pd.DataFrame | None = None,
+    sections: Sequence[Section] = (),
 ) -> str:
     """The report of the runs in `paths` (see the module's docstring) as one HTML document; `notes` (what the
     reader must know first, such as generated inputs) open it. `frame`: their comparison
-    (``comparison(paths, baseline)``) where the caller has it already."""
+    (``comparison(paths, baseline)``) where the caller has it already. `sections`: parts of the caller's own
+    (an experiment's :class:`~.protocol.Section`: a heading, sentences, a table), after the comparison."""
     frame = comparison(paths, baseline) if frame is None else frame
     names = short_names(frame)
     runs = [
@@ -221,6 +245,8 @@ def build_report(
         parts.append('<h3>Reconstructed policies</h3><ul class="assume" id="reconstructed-list">')
         parts += [f"<li>{esc(b)}</li>" for b in bases]
         parts.append("</ul>")
+
+    parts += [section_html(section, i) for i, section in enumerate(sections)]
 
     parts.append('<h2 id="assumptions">Assumptions the runs recorded</h2>')
     items = [(topic, text, r.name) for r in runs for topic, text in run_assumptions(r)]
