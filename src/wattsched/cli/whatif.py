@@ -48,6 +48,10 @@ def whatif_command(
         str, typer.Option("--tz", help="time zone of sacct's timestamps and of --price-csv")
     ] = "UTC",
     sacct_format: Annotated[str, typer.Option("--sacct-format", help="auto | parsable2 | json")] = "auto",
+    gpu_map: Annotated[
+        list[str] | None,
+        typer.Option("--gpu-map", help="a site GPU type (GRES) to a catalog model, repeatable: tesla=V100"),
+    ] = None,
     variants: Annotated[
         str | None,
         typer.Option(
@@ -89,6 +93,7 @@ def whatif_command(
         policy_lines,
         replay_check,
     )
+    from .options import parse_key_values
 
     with user_errors():
         settings: dict[str, Any] = {
@@ -100,6 +105,7 @@ def whatif_command(
             "profiles": profiles, "inputs_dir": str(out / "inputs"),
             "data_dir": None if data_dir is None else str(data_dir),
         }  # fmt: skip
+        settings["gpu_map"] = parse_key_values(gpu_map or [], "--gpu-map", "TYPE=MODEL")
         if variants is not None:
             settings["variants"] = [v.strip() for v in variants.split(",") if v.strip()]
         try:

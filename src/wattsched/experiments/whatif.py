@@ -78,6 +78,10 @@ class WhatIfConfig(BaseModel):
     sacct: str = Field("", description="sacct output: --parsable2 with the documented fields, or --json")
     nodes: str = Field("", description="scontrol show nodes --json or sinfo --json output")
     sacct_format: Literal["auto", "parsable2", "json"] = Field("auto", description="format of --sacct")
+    gpu_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="a site's GPU type name (GRES) to a catalog model, repeatable: --gpu-map tesla=V100",
+    )
     power: str | None = Field(
         None, description="per-GPU power over time (Prometheus text or CSV): measured per-job power"
     )
@@ -139,41 +143,30 @@ def provide_history(sacct: str, nodes_file: str, history: SlurmHistory, nodes: S
 
 def read_history(cfg: WhatIfConfig) -> tuple[SlurmHistory, SlurmNodes]:
     """The history and nodes the config names (read with the slurm_history readers)."""
+    from ..workloads.slurm_history.nodes import read_slurm_nodes
+    from ..workloads.slurm_history.power import attach_power
+    from ..workloads.slurm_history.sacct import read_sacct
+
     if not cfg.sacct or not cfg.nodes:
         raise WattschedError("whatif needs --sacct FILE and --nodes FILE")
-    history = _reader("sacct").read_sacct(cfg.sacct, cfg.sacct_format, tz=cfg.tz)
-    nodes = _reader("nodes").read_slurm_nodes(cfg.nodes)
+    history = read_sacct(cfg.sacct, cfg.sacct_format, tz=cfg.tz)
+    nodes = read_slurm_nodes(cfg.nodes, gpu_map=cfg.gpu_map or None)
     if cfg.power:
-        history = _with_power(history, nodes, cfg.power)
+        history = attach_power(history, cfg.power, nodes)
     return history, nodes
-
-
-def _reader(module: str) -> Any:
-    """A module of slurm_history (the readers are their own modules), imported when first used."""
-    import importlib
-
-    name = f"wattsched.workloads.slurm_history.{module}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        raise WattschedError(f"this build has no {module} reader ({name.replace('.', '/')}.py)") from None
-
-
-def _with_power(history: SlurmHistory, nodes: SlurmNodes, path: str) -> SlurmHistory:
-    power = _reader("power")
-    apply = getattr(power, "apply_power", None)
-    if apply is None:
-        raise WattschedError(
-            "--power: workloads/slurm_history/power.py has no apply_power(history, nodes, path)"
-        )
-    return apply(history, nodes, path)
 
 
 def load(cfg: WhatIfConfig) -> Loaded:
     """The history read and the replay's inputs written (once per process for one config)."""
-    key = (cfg.sacct, cfg.nodes, cfg.sacct_format, cfg.tz, cfg.power, cfg.inputs_dir)
+    key = (
+        cfg.sacct,
+        cfg.nodes,
+        cfg.sacct_format,
+        cfg.tz,
+        cfg.power,
+        cfg.inputs_dir,
+        tuple(sorted(cfg.gpu_map.items())),
+    )
     found = _LOADED.get(key)
     if found is not None:
         return found

@@ -154,8 +154,8 @@ def read_slurm_nodes(path: str | Path, gpu_map: dict[str, str] | None = None) ->
         known = ", ".join(sorted(GPU_CATALOG))
         raise InputError(
             path, None, f"nodes.{node}.gres",
-            f"unknown GPU type {gpu_type!r} on node {node} (known: {known}); map it with gpu_map, "
-            f'e.g. {{"{gpu_type}": "A100"}}',
+            f"unknown GPU type {gpu_type!r} on node {node} (known: {known}); map it to a "
+            f"catalog model with --gpu-map {gpu_type}=MODEL (gpu_map in code)",
         )  # fmt: skip
     untyped = sorted(r["name"] for r in merged.values() if r["gpus"] and not r["gpu_model"])
     if untyped:
