@@ -1062,6 +1062,7 @@ def _stop_dir(base: Path, timeout: float = 30.0) -> list[int]:
             )
     signalled += teardown(base)
     (base / MANIFEST).unlink(missing_ok=True)
+    shutil.rmtree(base / "mysql", ignore_errors=True)  # accounting mode's database, if the supervisor left it
     return signalled
 
 
