@@ -8,7 +8,8 @@ one base directory, and every port is picked free at start, so two testbeds and 
 Processes are stopped by PID only: the ones started here, the ones named in the testbed's pid files, and any
 process whose environment carries this testbed's marker variable (job steps, slurmd started by the resume
 program). Needs root (slurmd as SlurmdUser, ``mknod``, munged as the munge user) and the Debian packages
-``munge slurm-wlm slurm-client``.
+``munge slurm-wlm slurm-client``; the opt-in accounting mode (``accounting=True``: slurmdbd on a private MariaDB,
+so ``sacct`` works) also ``slurmdbd mariadb-server``.
 
     with LocalSlurm(tmpdir) as slurm:
         slurm.run(["sbatch", "--parsable", "--wrap", "true"])
@@ -37,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ from wattsched.core.errors import WattschedError
 
 MARKER = "WATTSCHED_SLURM_TESTBED"  # set in every testbed process's environment; its value is the base dir
 BINARIES = ("slurmctld", "slurmd", "munged", "sinfo", "sbatch", "scontrol", "squeue", "scancel", "setsid")
+# Accounting mode only (LocalSlurm(accounting=True)): slurmdbd on a private MariaDB, so sacct works.
+ACCOUNTING_BINARIES = ("slurmdbd", "sacct", "sacctmgr", "mariadbd", "mariadb-install-db", "mariadb")
+CLUSTER = "wattsched-test"
+ACCOUNT = "research"  # the account every testbed job is charged to in accounting mode (root's default)
 MANIFEST = "testbed.json"
 AGENT_SOCKET_FILE = "etc/agent-socket"  # under the base dir: its presence turns the job prolog/epilog hook on
 NVIDIA_MAJOR = 195  # the character-device major number of /dev/nvidiaN
@@ -263,6 +268,8 @@ class LocalSlurm:
 
     ``suspend_time`` is Slurm's SuspendTime (idle seconds before a node is powered down); ``None`` turns the
     automatic power-down off while keeping ``scontrol update nodename=... state=power_down`` and resume by job.
+    ``accounting``: also start a private MariaDB and slurmdbd (docs/live-slurm.md §2.8) so ``sacct`` works.
+    ``extra_partitions``: more partitions, name -> node list (e.g. ``{"long": "gpu3"}``), besides the default one.
     """
 
     def __init__(
@@ -279,6 +286,8 @@ class LocalSlurm:
         resume_timeout: int = 90,
         start_timeout: float = 60.0,
         partition: str = "main",
+        accounting: bool = False,
+        extra_partitions: Mapping[str, str] | None = None,
     ):
         if nodes < 1 or gpus_per_node < 1:
             raise WattschedError("local Slurm: nodes and gpus_per_node must be at least 1")
@@ -293,10 +302,15 @@ class LocalSlurm:
         self.resume_timeout = resume_timeout
         self.start_timeout = start_timeout
         self.partition = partition
+        self.accounting = accounting
+        self.extra_partitions = dict(extra_partitions or {})
         self.conf = self.base / "etc" / "slurm.conf"
         self.munge_socket = self.base / "munge" / "munge.socket"
         self.ctld_port = 0
         self.node_ports: dict[str, int] = {}
+        self.dbd_port = 0
+        self.mysql_dir = self.base / "mysql"  # accounting mode: MariaDB's datadir, socket and pid file
+        self.mysql_socket = self.mysql_dir / "mysqld.sock"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._bins: dict[str, str] = {}
         self._subreaper_was = 1
@@ -306,8 +320,9 @@ class LocalSlurm:
     # ---- availability -------------------------------------------------------------------------------------
 
     @staticmethod
-    def available() -> tuple[bool, str]:
-        """(True, "") when this host can run a testbed, else (False, why) for a test skip."""
+    def available(accounting: bool = False) -> tuple[bool, str]:
+        """(True, "") when this host can run a testbed (with ``accounting``: slurmdbd and MariaDB too), else
+        (False, why) for a test skip."""
         if os.geteuid() != 0:
             return False, "local Slurm needs root (slurmd as SlurmdUser, mknod for fake GPUs, munged)"
         missing = [b for b in BINARIES if _which(b) is None]
@@ -320,6 +335,12 @@ class LocalSlurm:
             pwd.getpwnam("munge")
         except KeyError:
             return False, "local Slurm: no 'munge' user (install the Debian 'munge' package)"
+        missing = [b for b in ACCOUNTING_BINARIES if accounting and _which(b) is None]
+        if missing:
+            return False, (
+                f"local Slurm accounting: missing {', '.join(missing)}; install with "
+                "`apt-get install --no-install-recommends slurmdbd mariadb-server` (.ci/run does this as root)"
+            )
         with tempfile.TemporaryDirectory(prefix="wattsched-mknod-") as tmp:
             try:
                 os.mknod(os.path.join(tmp, "nvidia0"), 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, 0))
@@ -336,6 +357,8 @@ class LocalSlurm:
         env["SLURM_CONF"] = str(self.conf)
         env[MARKER] = str(self.base)
         env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
+        if self.accounting:
+            env["MYSQL_UNIX_PORT"] = str(self.mysql_socket)  # slurmdbd's StorageHost=localhost connects here
         for key in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SQUEUE_", "SINFO_", "SRUN_"))]:
             if key != "SLURM_CONF":
                 del env[key]  # a job step's own variables would leak into our commands
@@ -466,10 +489,12 @@ class LocalSlurm:
         self.stop()
 
     def start(self) -> LocalSlurm:
-        ok, why = self.available()
+        ok, why = self.available(self.accounting)
         if not ok:
             raise WattschedError(why)
-        self._bins = {b: str(_which(b)) for b in BINARIES}
+        self._bins = {
+            b: str(_which(b)) for b in (*BINARIES, *(ACCOUNTING_BINARIES if self.accounting else ()))
+        }
         self._subreaper_was = _prctl(PR_GET_CHILD_SUBREAPER)
         # Daemons that the resume program detaches (and their zombies) are re-parented to us, not to PID 1,
         # which in containers often does not reap.
@@ -478,6 +503,9 @@ class LocalSlurm:
         try:
             self._write_files()
             self._start_munged()
+            if self.accounting:
+                self._start_mariadb()
+                self._start_slurmdbd()
             self.start_slurmctld(wait=False)
             for node in self.nodes:
                 self._start_slurmd(node)
@@ -503,6 +531,10 @@ class LocalSlurm:
         self.reap()
         self._procs.clear()
         (self.base / MANIFEST).unlink(missing_ok=True)
+        if self.accounting:
+            shutil.rmtree(
+                self.mysql_dir, ignore_errors=True
+            )  # the database: 100+ MB, and no use after the run
         if not self._subreaper_was:
             _prctl(PR_SET_CHILD_SUBREAPER, 0)
         self._started = False
@@ -545,7 +577,11 @@ class LocalSlurm:
             "supervisor": supervisor,
             "slurm_conf": str(self.conf),
             "pids": {name: p.pid for name, p in self._procs.items() if p.poll() is None},
-            "ports": {"slurmctld": self.ctld_port, **self.node_ports},
+            "ports": {
+                "slurmctld": self.ctld_port,
+                **self.node_ports,
+                **({"slurmdbd": self.dbd_port} if self.dbd_port else {}),
+            },
         }
         (self.base / MANIFEST).write_text(json.dumps(data, indent=2) + "\n")
 
@@ -607,7 +643,9 @@ class LocalSlurm:
             if not dev.exists():
                 os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, i))
 
-        self.ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
+        self.ctld_port, *node_ports = _free_ports(1 + len(self.nodes) + self.accounting)
+        if self.accounting:
+            self.dbd_port = node_ports.pop()
         self.node_ports = dict(zip(self.nodes, node_ports, strict=True))
         fmt = {
             "conf": shlex.quote(str(self.conf)),
@@ -655,7 +693,7 @@ class LocalSlurm:
         suspend = str(NEVER_S if self.suspend_time is None else int(self.suspend_time))
         lines = [
             "# Written by tests/slurm_testbed.py: a local test Slurm (docs/live-slurm.md §2).",
-            "ClusterName=wattsched-test",
+            f"ClusterName={CLUSTER}",
             "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={self.ctld_port}",
             "SlurmUser=root",
@@ -673,8 +711,7 @@ class LocalSlurm:
             "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *self._accounting_conf(),
             "JobCompType=jobcomp/none",
             "MpiDefault=none",
             "SelectType=select/cons_tres",
@@ -710,6 +747,8 @@ class LocalSlurm:
         lines.append(
             f"PartitionName={self.partition} Nodes={self._node_range()} Default=YES MaxTime=INFINITE State=UP"
         )
+        for name, nodes in self.extra_partitions.items():
+            lines.append(f"PartitionName={name} Nodes={nodes} MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
 
     def _start_munged(self) -> None:
@@ -736,6 +775,159 @@ class LocalSlurm:
 
         _wait_for("munged's socket", up, 20, 0.05)
 
+    def _accounting_conf(self) -> list[str]:
+        if not self.accounting:
+            return ["JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none"]
+        return [
+            # jobacct_gather/linux reads /proc (no cgroups needed); it samples the steps every 30 s by default.
+            "JobAcctGatherType=jobacct_gather/linux",
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=localhost",
+            f"AccountingStoragePort={self.dbd_port}",
+            # The munge socket for slurmdbd connections: AuthInfo is not used for them, and without this the
+            # clients (sacct, sacctmgr) and slurmctld ask the host's default munge socket.
+            f"AccountingStoragePass={self.munge_socket}",
+            # GPUs are not accounted unless named: AllocTRES then carries gres/gpu=N (and the typed count).
+            f"AccountingStorageTRES=gres/gpu,gres/gpu:{self.gpu_type}",
+        ]
+
+    def _slurmdbd_conf(self, password: str) -> str:
+        b = self.base
+        return (
+            "\n".join(
+                [
+                    "# Written by tests/slurm_testbed.py: the local test Slurm's accounting (docs/live-slurm.md §2.8).",
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "DbdHost=localhost",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={self.dbd_port}",
+                    "SlurmUser=root",
+                    "DebugLevel=info",
+                    f"LogFile={b}/log/slurmdbd.log",
+                    f"PidFile={b}/run/slurmdbd.pid",
+                    "StorageType=accounting_storage/mysql",
+                    # localhost: the client library takes the unix socket named by MYSQL_UNIX_PORT (see _spawn).
+                    "StorageHost=localhost",
+                    "StorageLoc=slurm_acct_db",
+                    "StorageUser=slurm",
+                    f"StoragePass={password}",
+                ]
+            )
+            + "\n"
+        )
+
+    def _mariadb(self, sql: str) -> None:
+        """Run SQL as MariaDB's root (unix-socket authentication: we are root)."""
+        args = [
+            self._bins["mariadb"],
+            "--no-defaults",
+            f"--socket={self.mysql_socket}",
+            "-u",
+            "root",
+            "-e",
+            sql,
+        ]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        if proc.returncode:
+            raise WattschedError(f"local Slurm: MariaDB refused '{sql}': {_tail(proc.stderr, 3)}")
+
+    def _start_mariadb(self) -> None:
+        """A private MariaDB: its own datadir, a unix socket under the base dir and no TCP (skip-networking)."""
+        d = self.mysql_dir
+        if len(str(self.mysql_socket)) > 100:
+            raise WattschedError(f"local Slurm: socket path too long for a unix socket: {self.mysql_socket}")
+        user = "mysql"
+        try:
+            owner = pwd.getpwnam(user)
+        except KeyError:
+            user, owner = "root", pwd.getpwnam("root")  # mariadbd runs as root only when told --user=root
+        shutil.rmtree(d, ignore_errors=True)  # a datadir left by a killed run would be reused half-made
+        d.mkdir()
+        os.chown(d, owner.pw_uid, owner.pw_gid)
+        d.chmod(0o755)  # clients (slurmdbd, root) reach the socket
+        # Small redo log and buffer pool: the defaults (96 MiB, 128 MiB) only cost disk and memory here.
+        sizing = [
+            "--innodb-log-file-size=64M",
+            "--innodb-buffer-pool-size=128M",
+            "--innodb-lock-wait-timeout=900",
+        ]
+        install = [
+            self._bins["mariadb-install-db"],
+            "--no-defaults",
+            f"--user={user}",
+            f"--datadir={d / 'data'}",
+            "--auth-root-authentication-method=socket",
+            "--skip-test-db",
+            *sizing,
+        ]
+        proc = subprocess.run(install, capture_output=True, text=True, timeout=120, env=self.env)
+        if proc.returncode:
+            raise WattschedError(
+                f"local Slurm: '{shlex.join(install)}' failed ({proc.returncode}): {_tail(proc.stdout + proc.stderr)}"
+            )
+        args = [
+            self._bins["mariadbd"],
+            "--no-defaults",
+            f"--user={user}",
+            f"--datadir={d / 'data'}",
+            f"--socket={self.mysql_socket}",
+            f"--pid-file={d / 'mariadbd.pid'}",
+            f"--log-error={d / 'mariadbd.log'}",
+            "--skip-networking",
+            *sizing,
+        ]
+        proc_db = self._procs["mariadbd"] = self._spawn("mariadbd", args)
+
+        def up() -> bool:
+            if proc_db.poll() is not None:
+                raise WattschedError(
+                    f"local Slurm: mariadbd exited with {proc_db.returncode}: {shlex.join(args)}\n"
+                    f"{_file_tail(d / 'mariadbd.log')}"
+                )
+            return self.mysql_socket.exists()
+
+        _wait_for("mariadbd's socket", up, 60, 0.1)
+        password = secrets.token_hex(16)
+        self._mariadb(
+            "CREATE DATABASE slurm_acct_db; "
+            f"CREATE USER 'slurm'@'localhost' IDENTIFIED BY '{password}'; "
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+        )
+        conf = self.base / "etc" / "slurmdbd.conf"
+        conf.write_text(self._slurmdbd_conf(password))
+        os.chown(
+            conf, 0, 0
+        )  # slurmdbd refuses a file not owned by its SlurmUser (root) or readable by others
+        conf.chmod(0o600)
+
+    def _start_slurmdbd(self) -> None:
+        """slurmdbd (it creates its tables on first start), then the cluster, an account and root's association.
+
+        The cluster is registered before slurmctld starts, so slurmctld finds it and sends its nodes' TRES."""
+        args = [self._bins["slurmdbd"], "-D"]
+        proc = self._procs["slurmdbd"] = self._spawn("slurmdbd", args)
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise WattschedError(
+                    f"local Slurm: slurmdbd exited with {proc.returncode}\n"
+                    f"{_file_tail(self.base / 'log' / 'slurmdbd.log')}\n"
+                    f"{_file_tail(self.base / 'log' / 'slurmdbd.out')}"
+                )
+            return (
+                self.run(["sacctmgr", "-n", "-P", "show", "cluster"], check=False, timeout=10).returncode == 0
+            )
+
+        _wait_for("slurmdbd to answer", up, self.start_timeout, 0.2)
+        self.run(["sacctmgr", "-i", "add", "cluster", CLUSTER])
+        self.run(
+            ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={CLUSTER}", "description=wattsched tests"]
+        )
+        self.run(["sacctmgr", "-i", "add", "user", "root", f"account={ACCOUNT}", f"cluster={CLUSTER}"])
+        # sacctmgr made root's default account "root" with the cluster: charge the tests' jobs to ours instead.
+        self.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"defaultaccount={ACCOUNT}"])
+
     def _start_slurmd(self, node: str) -> None:
         args = [self._bins["slurmd"], "-D", "-N", node, "-f", str(self.conf)]
         self._procs[f"slurmd-{node}"] = self._spawn(f"slurmd-{node}", args)
@@ -753,7 +945,11 @@ def teardown(base: str | Path, extra_pids: Sequence[int] = ()) -> list[int]:
     candidates: set[int] = set(extra_pids)
     with contextlib.suppress(OSError, ValueError):
         candidates |= {int(p) for p in json.loads((base / MANIFEST).read_text()).get("pids", {}).values()}
-    for pidfile in [*(base / "run").glob("*.pid"), base / "munge" / "munged.pid"]:
+    for pidfile in [
+        *(base / "run").glob("*.pid"),
+        base / "munge" / "munged.pid",
+        base / "mysql" / "mariadbd.pid",
+    ]:
         with contextlib.suppress(OSError, ValueError):
             candidates.add(int(pidfile.read_text().split()[0]))
     own = set(extra_pids)
@@ -866,6 +1062,7 @@ def _stop_dir(base: Path, timeout: float = 30.0) -> list[int]:
             )
     signalled += teardown(base)
     (base / MANIFEST).unlink(missing_ok=True)
+    shutil.rmtree(base / "mysql", ignore_errors=True)  # accounting mode's database, if the supervisor left it
     return signalled
 
 
@@ -894,16 +1091,20 @@ def _main(argv: Sequence[str] | None = None) -> int:
     start.add_argument(
         "--suspend-time", type=int, default=15, help="idle seconds before power-down; -1: never"
     )
+    start.add_argument(
+        "--accounting", action="store_true", help="also start slurmdbd on a private MariaDB, so sacct works"
+    )
     stop = sub.add_parser("stop", help="stop the testbed in DIR (by the PIDs in its manifest and pid files)")
     stop.add_argument("dir")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "start":
-            ok, why = LocalSlurm.available()
+            ok, why = LocalSlurm.available(args.accounting)
             if not ok:
                 raise WattschedError(why)
             slurm = LocalSlurm(
                 args.dir,
+                accounting=args.accounting,
                 nodes=args.nodes,
                 gpus_per_node=args.gpus,
                 suspend_time=None if args.suspend_time < 0 else args.suspend_time,
