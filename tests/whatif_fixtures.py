@@ -81,3 +81,50 @@ def hourly_signals(folder, start: str = "2023-03-05T00:00:00Z", hours: int = 24 
     pd.DataFrame({"time": stamps, "price_usd_per_mwh": price}).to_csv(price_csv, index=False)
     pd.DataFrame({"time": stamps, "carbon_g_per_kwh": 300.0}).to_csv(carbon_csv, index=False)
     return str(price_csv), str(carbon_csv)
+
+
+# -- the what-if on real Slurm output (tests/unit/test_whatif_real_slurm.py, tests/live/test_slurm_accounting.py) --
+# Bands for the replay of a real Slurm's history. Slurm starts a job on the event that frees its GPUs (main
+# scheduler) or at the next backfill pass (bf_interval, 30 s by default); the replay starts it the instant the
+# GPUs are free, with the same EASY backfill. So most starts agree to the second and none should be off by more
+# than one backfill interval plus the 1-s resolution of sacct's timestamps.
+START_P90_BAND_S = 31.0
+WITHIN_60S_AT_LEAST = 0.9
+SPEARMAN_AT_LEAST = 0.7
+
+
+def expected_jobs(expected: dict[str, dict]) -> dict[str, tuple[str, int]]:
+    """What was submitted, as the importer names jobs: het components (``10+0``, ``10+1``) folded into ``10``
+    with their GPUs summed; ``{job_id: (state, gpus)}``."""
+    jobs: dict[str, tuple[str, int]] = {}
+    for sacct_id, rec in expected.items():
+        job_id = sacct_id.split("+")[0]
+        state, gpus = jobs.get(job_id, (rec["state"], 0))
+        jobs[job_id] = (state, gpus + int(rec["gpus"]))
+    return jobs
+
+
+def check_import_matches(history: SlurmHistory, expected: dict[str, dict]) -> None:
+    """The imported jobs are exactly the submitted ones, with their end states and GPU counts."""
+    recorded = history.recorded.set_index("job_id")
+    want = expected_jobs(expected)
+    assert sorted(recorded.index) == sorted(want)
+    for job_id, (state, gpus) in want.items():
+        row = recorded.loc[job_id]
+        assert row["state"] == state, job_id
+        if state != "CANCELLED" or not math.isnan(
+            row["start_s"]
+        ):  # cancelled while pending: nothing allocated
+            assert int(row["num_gpu"]) == gpus, job_id
+
+
+def check_replay(out) -> dict[str, float]:
+    """The what-if's replay check of a real history, against the bands above; returns its figures."""
+    figures = dict(pd.read_csv(out / "replay_check.csv").itertuples(index=False, name=None))
+    figures = {k: float(v) for k, v in figures.items()}
+    assert figures["jobs_compared"] >= 10
+    assert figures["jobs_not_started_in_replay"] == 0
+    assert figures["start_abs_error_p90_s"] <= START_P90_BAND_S, figures
+    assert figures["start_within_60s"] >= WITHIN_60S_AT_LEAST, figures
+    assert figures["start_order_spearman"] >= SPEARMAN_AT_LEAST, figures
+    return figures

@@ -7,11 +7,13 @@ captures (tests/fixtures/slurm_history/real/) against the workload record writte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,44 @@ def test_json_captures_parse(history: Capture) -> None:
     assert "scontrol_nodes_json" not in history.files
     assert any("--json" in command for command in history.errors)
     assert history.files["scontrol_nodes"].read_text().count("NodeName=") == 3
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["sacct", "sacct_json"])
+def test_whatif_imports_and_replays_the_real_history(history: Capture, key: str, tmp_path: Path) -> None:
+    """Issue 29's check on this Slurm's own history: both sacct formats import to the submitted jobs, and
+    `wattsched whatif` replays them with starts and start order within the bands of tests/whatif_fixtures.py."""
+    from datetime import datetime, timedelta
+
+    from typer.testing import CliRunner
+
+    from tests.whatif_fixtures import check_import_matches, check_replay, hourly_signals
+    from wattsched.cli.main import app
+    from wattsched.workloads.slurm_history.sacct import read_sacct
+
+    zone = _zone_name(history.utc_offset_s)  # sacct prints the host's local time without a zone
+    expected = {k: dataclasses.asdict(v) for k, v in history.expected.items()}
+    check_import_matches(read_sacct(history.files[key], tz=zone), expected)
+    day = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
+    price, carbon = hourly_signals(tmp_path, start=day, hours=96)
+    out = tmp_path / "whatif"
+    args = ["whatif", "--sacct", str(history.files[key]), "--nodes", str(history.files["sinfo_json"]),
+            "--out", str(out), "--price-csv", price, "--carbon-csv", carbon, "--tz", zone,
+            "--variants", "baseline,right-sizing", "--workers", "1", "--quiet"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    figures = check_replay(out)
+    assert figures["jobs_compared"] == len({r.sacct_id.split("+")[0] for r in history.expected.values()}) - 1
+    assert (out / "report.html").exists()
+
+
+def _zone_name(utc_offset_s: int) -> str:
+    """An IANA zone with this fixed offset (Etc/GMT signs are inverted); UTC for 0."""
+    hours, rest = divmod(-utc_offset_s, 3600)
+    if rest:
+        pytest.skip(f"host UTC offset {utc_offset_s} s is not whole hours")
+    return "UTC" if hours == 0 else f"Etc/GMT{hours:+d}"
 
 
 @pytest.mark.slurm

@@ -187,6 +187,21 @@ def check_lines(f: dict[str, float]) -> list[str]:
     return lines
 
 
+def _energy(kwh: float) -> str:
+    # A small history (the test Slurm's) is Wh, a month of a cluster MWh: three significant figures either way.
+    if abs(kwh) < 1:
+        return f"{kwh * 1000:.3g} Wh"
+    return f"{kwh:,.1f} kWh" if abs(kwh) < 1e4 else f"{kwh / 1000:,.1f} MWh"
+
+
+def _money(usd: float) -> str:
+    return f"{usd:,.2f} USD" if abs(usd) >= 1 else f"{usd:.3g} USD"
+
+
+def _carbon(kg: float) -> str:
+    return f"{kg:,.1f} kg CO2" if abs(kg) >= 1 else f"{kg * 1000:.3g} g CO2"
+
+
 def _duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "—"
@@ -333,14 +348,15 @@ def policy_lines(records: pd.DataFrame) -> list[str]:
     lines = []
     for _, r in records.iterrows():
         parts = []
-        for key, unit, scale, fmt in (
-            ("energy_kwh", "kWh", 1.0, ",.1f"), ("cost_usd", "USD", 1.0, ",.2f"), ("co2_kg", "kg CO2", 1.0, ",.1f"),
-            ("jct_mean_s", "h mean JCT", 1 / 3600, ",.2f"), ("queue_delay_mean_s", "h mean wait", 1 / 3600, ",.2f"),
+        for key, show in (
+            ("energy_kwh", _energy), ("cost_usd", _money), ("co2_kg", _carbon),
+            ("jct_mean_s", lambda v: f"{_duration(v)} mean JCT"),
+            ("queue_delay_mean_s", lambda v: f"{_duration(v)} mean wait"),
         ):  # fmt: skip
             value = float(r.get(key, math.nan))
             if not math.isfinite(value):
                 continue
-            text = f"{value * scale:{fmt}} {unit}"
+            text = show(value)
             if b is not None and r["variant"] != "baseline":
                 ref = float(b.get(key, math.nan))
                 if math.isfinite(ref) and ref:

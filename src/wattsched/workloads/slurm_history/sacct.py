@@ -134,6 +134,16 @@ def _finish(
     start = cols.pop("start_epoch").astype(np.float64, copy=False) - origin
     end = cols.pop("end_epoch").astype(np.float64, copy=False) - origin
     n = len(submit)
+    # Slurm 22.05 prints a job cancelled while pending with Start = End (the cancel time) and NodeList "None
+    # assigned" (NNodes is the request): it never ran, like a Start of Unknown.
+    unallocated = (cols["node_list"] == "") & (start == end)
+    cancelled_pending = int(unallocated.sum())
+    if cancelled_pending:
+        start = np.where(unallocated, np.nan, start)
+        notes.append(
+            f"{cancelled_pending} job(s) with Start = End, NodeList None assigned (cancelled while pending) "
+            "taken as never started"
+        )
     data = {
         "job_id": cols.pop("key"),
         "user": cols.pop("user"),
@@ -167,7 +177,7 @@ def _finish(
         notes.append(f"states not in Slurm's list counted as OTHER: {listed}")
     never = int(np.isnan(start).sum())
     if never:
-        notes.append(f"{never} job(s) never started (Start Unknown/None): kept with start_s NaN")
+        notes.append(f"{never} job(s) never started: kept with start_s NaN")
     energy = recorded["energy_j"].to_numpy()
     if np.isfinite(energy).any():
         notes.append(f"ConsumedEnergyRaw recorded for {int(np.isfinite(energy).sum())} of {n} jobs")
