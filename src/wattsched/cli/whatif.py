@@ -1,5 +1,5 @@
 """`wattsched whatif --sacct FILE --nodes FILE --out DIR`: an operator's Slurm history replayed under its own
-policy and the energy-aware ones, checked against what happened, into one HTML report (docs/whatif-replay.md).
+policy and the energy-aware ones, checked against what happened, into one HTML report (docs/whatif.md).
 
 The grid is the ``whatif`` protocol experiment (experiments/whatif.py), so it runs on the process pool or Ray and
 resumes like every experiment; this command adds reading the history (its notes and state counts printed first),

@@ -1,5 +1,5 @@
 """`wattsched whatif` / `wattsched experiment whatif`: an operator's own Slurm history replayed under its own policy
-and under the energy-aware policies of the repository (docs/whatif-replay.md).
+and under the energy-aware policies of the repository (docs/whatif.md).
 
 The history (``sacct`` output) and the nodes (``scontrol show nodes --json`` / ``sinfo --json``) are read by
 ``workloads/slurm_history`` and written as a generic job CSV and a cluster YAML (``write_inputs``); every cell of

@@ -1,5 +1,5 @@
 """The what-if's own tables: per-job attribution of a run's energy, cost and carbon, the replay check against the
-recorded history, and the per-partition and per-group breakdowns (docs/whatif-replay.md §3-§4)."""
+recorded history, and the per-partition and per-group breakdowns (docs/whatif.md §3-§4)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The replay's inputs from an operator's Slurm history: a generic job CSV (docs/data-formats.md §2) and a cluster
 YAML (§3), written by :func:`write_replay_inputs` (``write_inputs`` in this package).
 
-Which jobs are replayed (docs/whatif-replay.md §5):
+Which jobs are replayed (docs/whatif.md §5):
 
 * every job that **started** (a finite ``start_s``) is replayed, whatever its final state (COMPLETED, FAILED,
   CANCELLED after it started, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, ...): it held its resources for its

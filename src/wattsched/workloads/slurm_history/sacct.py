@@ -263,8 +263,8 @@ def _fold_het(cols: dict[str, np.ndarray], het_mask: np.ndarray, notes: list[str
     folded["elapsed_s"] = np.where(np.isfinite(span), np.maximum(span, elapsed), elapsed)
     folded["het"] = -1
     notes.append(
-        f"{len(folded)} heterogeneous job(s) ({len(het)} components, JobID 123+0, 123+1, ...) folded into one "
-        "job each: GPUs, nodes and energy summed, earliest submit and start, latest end, the leader's state"
+        f"{len(folded)} heterogeneous job(s) ({len(het)} components, e.g. JobID {folded['key'].iloc[0]}+0) folded "
+        "into one job each: GPUs, nodes and energy summed, earliest submit and start, latest end, the leader's state"
     )
     lines = np.concatenate([cols["line"][~het_mask], folded["line"].to_numpy()])
     order = np.argsort(lines, kind="stable")
