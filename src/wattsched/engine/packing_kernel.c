@@ -82,12 +82,14 @@ int64_t ws_packing_size(void) { return (int64_t)sizeof(Packing); }
 
 /* Scores of the FGD cache for one request class, valid while the node's version equals the stamp. */
 typedef struct {
-    int64_t *score, *gpu, *stamp;
+    int64_t *score, *gpu, *stamp, *pwr, *pwr_stamp;
 } ClassCache;
 
 typedef struct {
     Packing *p;
-    int64_t *nodes, *raw, *total, *version, *cnt, *sm, *cnt1, *sm1, *gpus;
+    int64_t *nodes, *raw, *total, *version, *cnt, *sm, *cnt1, *sm1;
+    /* per node, valid while version == node_stamp: FGD threshold statistics [n * T], idle milli and f0 */
+    int64_t *node_cnt, *node_sm, *node_idle, *node_f0, *node_stamp;
     ClassCache *cache;
 } Loop;
 
@@ -130,19 +132,25 @@ static int64_t node_frag(const Frag *f, const Packing *p, int64_t n, int64_t *cn
     return frag_from_stats(f, cnt, sm, idle, p->cpu_left[n], f->node_model[n]);
 }
 
-/* sigmoid_score: int64(sigmoid(delta / (div * 1000)) * 100); values near an integer are numpy's (see the top). */
-static int64_t sigmoid_score(Packing *p, int64_t delta) {
-    if (delta == 0) return p->fgd_zero_score;
-    double x = (double)delta / ((double)p->fgd.div * 1000.0);
+/* sigmoid_score: int64(sigmoid(delta / (div * 1000)) * 100); values near an integer are numpy's (see the top).
+   Returns -1 when the callback fails; *exact_calls counts its calls. Exported for the tests. */
+int64_t ws_sigmoid_score(int64_t delta, int64_t div, int64_t zero_score, exact_score_fn exact, int64_t *exact_calls) {
+    if (delta == 0) return zero_score;
+    double x = (double)delta / ((double)div * 1000.0);
     double v = (1.0 / (1.0 + exp(-x))) * 100.0;
     double k = floor(v);
     if (!(v - k >= SIGMOID_MARGIN && (k + 1.0) - v >= SIGMOID_MARGIN)) {
-        p->exact_calls++;
-        int64_t s = p->exact_score(delta);
-        if (s < 0) p->error = ERR_CALLBACK;
-        return s;
+        (*exact_calls)++;
+        int64_t s = exact(delta);
+        return s < 0 ? -1 : s;
     }
     return (int64_t)v;
+}
+
+static int64_t sigmoid_score(Packing *p, int64_t delta) {
+    int64_t s = ws_sigmoid_score(delta, p->fgd.div, p->fgd_zero_score, p->exact_score, &p->exact_calls);
+    if (s < 0) p->error = ERR_CALLBACK;
+    return s;
 }
 
 /* FragModel.fgd_scores for one node: the score and, for a share pod, the GPU reaching it first (-1 otherwise). */
@@ -150,12 +158,16 @@ static int64_t fgd_node_score(Loop *L, int64_t n, int64_t job, int64_t *gpu_out)
     Packing *p = L->p;
     const Frag *f = &p->fgd;
     int64_t T = f->n_thr, W = p->width;
-    int64_t *cnt = L->cnt, *sm = L->sm, *cnt1 = L->cnt1, *sm1 = L->sm1;
+    int64_t *cnt = L->node_cnt + n * T, *sm = L->node_sm + n * T, *cnt1 = L->cnt1, *sm1 = L->sm1;
     const int64_t *row = p->gpu_left + n * W;
-    int64_t idle, code = f->node_model[n];
+    int64_t code = f->node_model[n];
     int64_t ng = p->num_gpu[job], milli = p->gpu_milli[job], cpu = p->cpu_milli[job];
-    frag_stats(f, row, W, cnt, sm, &idle);
-    int64_t f0 = frag_from_stats(f, cnt, sm, idle, p->cpu_left[n], code);
+    if (L->node_stamp[n] != L->version[n]) { /* the node's statistics, shared by every request class */
+        frag_stats(f, row, W, cnt, sm, &L->node_idle[n]);
+        L->node_f0[n] = frag_from_stats(f, cnt, sm, L->node_idle[n], p->cpu_left[n], code);
+        L->node_stamp[n] = L->version[n];
+    }
+    int64_t idle = L->node_idle[n], f0 = L->node_f0[n];
     int64_t cpu1 = p->cpu_left[n] - cpu;
     *gpu_out = -1;
     if (ng == 0 || milli <= 0) return sigmoid_score(p, f0 - frag_from_stats(f, cnt, sm, idle, cpu1, code));
@@ -194,8 +206,10 @@ static ClassCache *class_cache(Loop *L, int64_t cls) {
         c->score = malloc((size_t)n * sizeof(int64_t));
         c->gpu = malloc((size_t)n * sizeof(int64_t));
         c->stamp = malloc((size_t)n * sizeof(int64_t));
-        if (!c->score || !c->gpu || !c->stamp) return NULL;
-        for (int64_t i = 0; i < n; i++) c->stamp[i] = -1;
+        c->pwr = malloc((size_t)n * sizeof(int64_t));
+        c->pwr_stamp = malloc((size_t)n * sizeof(int64_t));
+        if (!c->score || !c->gpu || !c->stamp || !c->pwr || !c->pwr_stamp) return NULL;
+        for (int64_t i = 0; i < n; i++) c->stamp[i] = c->pwr_stamp[i] = -1;
     }
     return c;
 }
@@ -274,11 +288,23 @@ static int score_nodes(Loop *L, int64_t job, int64_t k) {
     }
     int nothing = ng == 0 && cpu == 0 && p->mem_mib[job] == 0; /* "requests nothing": both score 100 */
     for (int64_t i = 0; i < k; i++) total[i] = 0;
+    ClassCache *c = NULL;
+    if (!nothing) {
+        c = class_cache(L, p->req_class[job]);
+        if (c == NULL) return ERR_MEMORY;
+    }
     if (p->w_pwr) {
         if (nothing) {
             for (int64_t i = 0; i < k; i++) raw[i] = 100;
         } else {
-            for (int64_t i = 0; i < k; i++) raw[i] = pwr_raw(p, L->nodes[i], job);
+            for (int64_t i = 0; i < k; i++) {
+                int64_t n = L->nodes[i];
+                if (c->pwr_stamp[n] != L->version[n]) {
+                    c->pwr[n] = pwr_raw(p, n, job);
+                    c->pwr_stamp[n] = L->version[n];
+                }
+                raw[i] = c->pwr[n];
+            }
             normalise(raw, k, 100);
         }
         for (int64_t i = 0; i < k; i++) total[i] += p->w_pwr * raw[i];
@@ -287,8 +313,6 @@ static int score_nodes(Loop *L, int64_t job, int64_t k) {
         if (nothing) {
             for (int64_t i = 0; i < k; i++) total[i] += p->w_fgd * 100;
         } else {
-            ClassCache *c = class_cache(L, p->req_class[job]);
-            if (c == NULL) return ERR_MEMORY;
             for (int64_t i = 0; i < k; i++) total[i] += p->w_fgd * fgd_cached(L, c, L->nodes[i], job);
         }
     }
@@ -417,8 +441,16 @@ int64_t ws_packing(Packing *p) {
     L.cnt1 = malloc((size_t)T * sizeof(int64_t));
     L.sm1 = malloc((size_t)T * sizeof(int64_t));
     L.cache = calloc((size_t)(p->n_classes > 0 ? p->n_classes : 1), sizeof(ClassCache));
+    L.node_cnt = malloc((size_t)(N * T) * sizeof(int64_t));
+    L.node_sm = malloc((size_t)(N * T) * sizeof(int64_t));
+    L.node_idle = malloc((size_t)N * sizeof(int64_t));
+    L.node_f0 = malloc((size_t)N * sizeof(int64_t));
+    L.node_stamp = malloc((size_t)N * sizeof(int64_t));
     p->error = OK;
-    if (!L.nodes || !L.raw || !L.total || !L.version || !L.cnt || !L.sm || !L.cnt1 || !L.sm1 || !L.cache) {
+    if (L.node_stamp)
+        for (int64_t n = 0; n < N; n++) L.node_stamp[n] = -1;
+    if (!L.nodes || !L.raw || !L.total || !L.version || !L.cnt || !L.sm || !L.cnt1 || !L.sm1 || !L.cache ||
+        !L.node_cnt || !L.node_sm || !L.node_idle || !L.node_f0 || !L.node_stamp) {
         p->error = ERR_MEMORY;
         goto done;
     }
@@ -459,6 +491,8 @@ done:
             free(L.cache[c].score);
             free(L.cache[c].gpu);
             free(L.cache[c].stamp);
+            free(L.cache[c].pwr);
+            free(L.cache[c].pwr_stamp);
         }
     free(L.cache);
     free(L.nodes);
@@ -469,5 +503,10 @@ done:
     free(L.sm);
     free(L.cnt1);
     free(L.sm1);
+    free(L.node_cnt);
+    free(L.node_sm);
+    free(L.node_idle);
+    free(L.node_f0);
+    free(L.node_stamp);
     return p->error;
 }
