@@ -36,6 +36,16 @@ from . import kernels
 
 PLACEMENTS = {"first-fit": 0, "best-fit": 1, "weighted": 2}
 GPU_CHOICES = {"best": 0, "fgd": 1, "pwr": 2}
+STATE_ARRAYS = (
+    "gpu_left",
+    "cpu_left",
+    "mem_left",
+    "free_gpus",
+    "gpu_left_total",
+    "max_gpu_left",
+    "jobs_on_node",
+    "gpu_pod_kinds",
+)
 _ERRORS = {2: "out of memory", 3: "the exact FGD score callback failed"}
 
 _I64 = ctypes.c_int64
@@ -253,10 +263,13 @@ def compiled_packing(
     if book.per_node is not None or bool(book.gang[order].any()):
         return None
     partial = (jobs.num_gpu > 1) & (jobs.gpu_milli > 0) & (jobs.gpu_milli < MILLI)
-    if bool(partial[order].any()) or state.gpu_left.dtype != np.int64:
+    if bool(partial[order].any()) or state.gpu_pod_kinds.shape[1] != state.gpu_left.shape[1] + 1:
         return None
-    if state.gpu_pod_kinds.shape[1] != state.gpu_left.shape[1] + 1:
-        return None
+    if not all(
+        a.dtype == np.int64 and a.flags.c_contiguous and a.flags.writeable
+        for a in (getattr(state, name) for name in STATE_ARRAYS)
+    ):
+        return None  # the kernel updates the state's own arrays in place
     lib = kernels.load("packing_kernel")
     if lib is None:
         return None

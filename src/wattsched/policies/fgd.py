@@ -14,6 +14,9 @@ Q3), in which case only the GPUs with less than ``m.milli`` left count. Hence, w
 where ``sum_ge(n, t)`` is the milli left on GPUs with at least t left. Everything is computed in exact integers,
 so "fragmentation unchanged" gives exactly the FGD score 50, as in the Go code, and per-node values only need
 per-threshold GPU counts and sums, which vectorise over nodes and over hypothetical placements.
+
+Packing runs score in C (engine/packing_kernel.c, the same integers); the score's ``exp`` is numpy's wherever C's
+could truncate differently (:meth:`FragModel.exact_sigmoid_score`).
 """
 
 from __future__ import annotations
