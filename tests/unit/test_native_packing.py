@@ -74,7 +74,7 @@ def random_jobs(seed: int, n: int = 160):
     for i in range(n):
         kind = rng.integers(7)
         cpu = int(rng.choice([0, 1000, 2000, 4000, 8000]))
-        mem = int(rng.choice([0, 1024, 8192]))
+        mem = int(rng.choice([0, 1024, 8192, 40_000]))
         if kind == 0:
             rows.append({"gpus": 0, "cpu": cpu, "mem": mem})
         elif kind in (1, 2):  # shared pods, a handful of sizes so that request classes repeat
@@ -153,6 +153,17 @@ def test_compiled_loop_matches_the_python_loop(policy, seed, monkeypatch):
     assert not used_py and used_c
     assert_same(c, state_c, py, state_py)
     assert 0 < int(c.placed.sum()) < c.order.size  # the cluster filled up and pods were dropped
+
+
+@pytest.mark.parametrize("budget", [0, CLUSTER.num_nodes * 3])
+def test_candidate_lists_beyond_their_budget(budget, monkeypatch):
+    """Request classes beyond the candidate lists' memory budget scan every node: the same outcome."""
+    jobs = random_jobs(11)
+    py, state_py, _ = pack(jobs, "pwr_500_fgd_500", False, monkeypatch)
+    monkeypatch.setattr(native_packing, "CANDIDATE_BUDGET", budget)
+    c, state_c, used = pack(jobs, "pwr_500_fgd_500", True, monkeypatch)
+    assert used
+    assert_same(c, state_c, py, state_py)
 
 
 @pytest.mark.parametrize("policy", ["best-fit", "fgd", "pwr_200_fgd_800"])

@@ -25,6 +25,7 @@ Anything else, or no C compiler, runs the Python loop (engine/packing.py).
 from __future__ import annotations
 
 import ctypes
+import gc
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from . import kernels
 
 PLACEMENTS = {"first-fit": 0, "best-fit": 1, "weighted": 2}
 GPU_CHOICES = {"best": 0, "fgd": 1, "pwr": 2}
+CANDIDATE_BUDGET = 8 << 20  # node entries in the kernel's per-request-class candidate lists (64 MB)
 STATE_ARRAYS = (
     "gpu_left",
     "cpu_left",
@@ -111,6 +113,9 @@ class _Packing(ctypes.Structure):
         ],
         ("order", _PI),
         *[(name, _PI) for name in ("num_gpu", "gpu_milli", "cpu_milli", "mem_mib", "mask_id", "req_class")],
+        ("feas_class", _PI),
+        ("n_feas_classes", _I64),
+        ("candidate_budget", _I64),
         ("never_fits", _PU8),
         ("node_masks", _PU8),
         ("rank", _PI),
@@ -345,6 +350,9 @@ def _run(
         mem_mib=keep.ptr(_i64(jobs.memory_mib), _PI),
         mask_id=keep.ptr(mask_id, _PI),
         req_class=keep.ptr(req_class, _PI),
+        feas_class=keep.ptr(_i64(book.request_class), _PI),
+        n_feas_classes=int(book.request_class.max(initial=-1)) + 1,
+        candidate_budget=CANDIDATE_BUDGET,
         never_fits=keep.ptr(_u8(book.never_fits), _PU8),
         node_masks=keep.ptr(_u8(book.node_mask_by_spec), _PU8),
         rank=keep.ptr(_i64(plan["rank"]), _PI),
@@ -381,7 +389,16 @@ def _run(
         raise RuntimeError(f"compiled packing failed: {_ERRORS.get(status, status)}")
     state.allocated_milli = int(p.allocated_milli)
     state.nodes_busy = int(p.nodes_busy)
-    return placed.astype(bool), _placements(jobs, order, out_node, out_gpus), series, int(p.arrived)
+    # ~10^4 tuples at once: the cyclic garbage collector would scan the heap meanwhile, and tuples of ints never
+    # form cycles.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        placements = _placements(jobs, order, out_node, out_gpus)
+    finally:
+        if collecting:
+            gc.enable()
+    return placed.astype(bool), placements, series, int(p.arrived)
 
 
 def _placements(

@@ -53,6 +53,8 @@ typedef struct {
     const int64_t *order;
     /* per job */
     const int64_t *num_gpu, *gpu_milli, *cpu_milli, *mem_mib, *mask_id, *req_class;
+    const int64_t *feas_class; /* equal ids, equal filter (RequestBook.request_class) */
+    int64_t n_feas_classes, candidate_budget; /* budget: node entries over all candidate lists */
     const uint8_t *never_fits;
     /* cluster */
     const uint8_t *node_masks; /* [masks, nodes] */
@@ -85,9 +87,18 @@ typedef struct {
     int64_t *score, *gpu, *stamp, *pwr, *pwr_stamp;
 } ClassCache;
 
+/* The nodes that may still pass the filter for one request class, in index order. Packing only allocates, so a
+   node that fails a request's filter fails it for the rest of the run and leaves the list. Classes beyond the
+   memory budget (Packing.candidate_budget) scan every node. */
+typedef struct {
+    int64_t *nodes, n;
+} Candidates;
+
 typedef struct {
     Packing *p;
-    int64_t *nodes, *raw, *total, *version, *cnt, *sm, *cnt1, *sm1;
+    int64_t *nodes, *all_nodes, *raw, *total, *version, *cnt, *sm, *cnt1, *sm1;
+    Candidates *cand;
+    int64_t cand_used;
     /* per node, valid while version == node_stamp: FGD threshold statistics [n * T], idle milli and f0 */
     int64_t *node_cnt, *node_sm, *node_idle, *node_f0, *node_stamp;
     ClassCache *cache;
@@ -215,7 +226,7 @@ static ClassCache *class_cache(Loop *L, int64_t cls) {
 }
 
 /* The cached FGD score of (class, node), computed when the node changed since. */
-static int64_t fgd_cached(Loop *L, ClassCache *c, int64_t n, int64_t job) {
+static inline int64_t fgd_cached(Loop *L, ClassCache *c, int64_t n, int64_t job) {
     if (c->stamp[n] != L->version[n]) {
         c->score[n] = fgd_node_score(L, n, job, &c->gpu[n]);
         c->stamp[n] = L->version[n];
@@ -373,11 +384,32 @@ static int64_t place(Loop *L, int64_t job, int64_t *out, int64_t *n_gpus) {
     int64_t mid = p->mask_id[job];
     const uint8_t *mask = mid >= 0 ? p->node_masks + mid * p->n_nodes : NULL;
     int64_t ng = p->num_gpu[job], milli = p->gpu_milli[job], cpu = p->cpu_milli[job], mem = p->mem_mib[job];
+    Candidates *c = &L->cand[p->feas_class[job]];
+    if (c->nodes == NULL && L->cand_used + p->n_nodes <= p->candidate_budget) {
+        c->nodes = malloc((size_t)p->n_nodes * sizeof(int64_t));
+        if (c->nodes != NULL) {
+            for (int64_t n = 0; n < p->n_nodes; n++) c->nodes[n] = n;
+            c->n = p->n_nodes;
+            L->cand_used += p->n_nodes;
+        }
+    }
     int64_t k = 0;
-    for (int64_t n = 0; n < p->n_nodes; n++) {
-        if ((mask == NULL || mask[n]) && p->available[n] && p->cpu_left[n] >= cpu && p->mem_left[n] >= mem &&
-            (ng == 0 || (milli >= MILLI ? p->free_gpus[n] >= ng : p->max_gpu_left[n] >= milli)))
-            L->nodes[k++] = n;
+    if (c->nodes != NULL) { /* keep the nodes that pass, in order: they are this pod's candidates */
+        for (int64_t i = 0; i < c->n; i++) {
+            int64_t n = c->nodes[i];
+            if ((mask == NULL || mask[n]) && p->available[n] && p->cpu_left[n] >= cpu && p->mem_left[n] >= mem &&
+                (ng == 0 || (milli >= MILLI ? p->free_gpus[n] >= ng : p->max_gpu_left[n] >= milli)))
+                c->nodes[k++] = n;
+        }
+        c->n = k;
+        L->nodes = c->nodes;
+    } else {
+        L->nodes = L->all_nodes;
+        for (int64_t n = 0; n < p->n_nodes; n++) {
+            if ((mask == NULL || mask[n]) && p->available[n] && p->cpu_left[n] >= cpu && p->mem_left[n] >= mem &&
+                (ng == 0 || (milli >= MILLI ? p->free_gpus[n] >= ng : p->max_gpu_left[n] >= milli)))
+                L->nodes[k++] = n;
+        }
     }
     if (k == 0) return -1;
     int64_t node = L->nodes[0];
@@ -432,7 +464,8 @@ int64_t ws_packing(Packing *p) {
     int64_t T = p->fgd.n_thr > p->obs_frag.n_thr ? p->fgd.n_thr : p->obs_frag.n_thr;
     if (T < 1) T = 1;
     Loop L = {.p = p};
-    L.nodes = malloc((size_t)N * sizeof(int64_t));
+    L.all_nodes = L.nodes = malloc((size_t)N * sizeof(int64_t));
+    L.cand = calloc((size_t)(p->n_feas_classes > 0 ? p->n_feas_classes : 1), sizeof(Candidates));
     L.raw = malloc((size_t)N * sizeof(int64_t));
     L.total = malloc((size_t)N * sizeof(int64_t));
     L.version = calloc((size_t)N, sizeof(int64_t));
@@ -449,7 +482,7 @@ int64_t ws_packing(Packing *p) {
     p->error = OK;
     if (L.node_stamp)
         for (int64_t n = 0; n < N; n++) L.node_stamp[n] = -1;
-    if (!L.nodes || !L.raw || !L.total || !L.version || !L.cnt || !L.sm || !L.cnt1 || !L.sm1 || !L.cache ||
+    if (!L.nodes || !L.cand || !L.raw || !L.total || !L.version || !L.cnt || !L.sm || !L.cnt1 || !L.sm1 || !L.cache ||
         !L.node_cnt || !L.node_sm || !L.node_idle || !L.node_f0 || !L.node_stamp) {
         p->error = ERR_MEMORY;
         goto done;
@@ -495,7 +528,10 @@ done:
             free(L.cache[c].pwr_stamp);
         }
     free(L.cache);
-    free(L.nodes);
+    if (L.cand)
+        for (int64_t c = 0; c < p->n_feas_classes; c++) free(L.cand[c].nodes);
+    free(L.cand);
+    free(L.all_nodes);
     free(L.raw);
     free(L.total);
     free(L.version);
