@@ -5,6 +5,9 @@
    requested GPU milli past ``inflate x`` cluster capacity. As in the Go code, the stopping check adds the pod's
    *per-GPU* milli, not count x milli (docs/fgd-pwr.md §9 discrepancy 4); appended pods are not reshuffled;
 3. submit pods one at a time; no departures, no queue, no retry: a pod that fits nowhere is dropped and counted.
+
+Step 3 runs compiled (engine/native_packing.py) where the placement policy and the observers are ones the kernel
+mirrors, with the same results; otherwise, or without a C compiler, in the Python loop below.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ class Placer(Protocol):
 
 
 class PackingObserver:
-    """Hook called after every pod in packing mode (fragmentation and power metrics plug in here)."""
+    """Hook called after every pod in packing mode (fragmentation and power metrics plug in here).
+
+    An observer whose columns the compiled loop can compute says how in ``native_packing_plan()``
+    (engine/native_packing.py); on that path its ``after_pod`` is not called."""
 
     def columns(self) -> tuple[str, ...]:
         return ()
@@ -100,6 +106,16 @@ def run_packing(
     series = GrowableColumns(("pod", "arrived_gpu_milli", "allocated_gpu_milli", "placed", *extra_cols))
     for o in observers:
         o.on_start(state, jobs)
+    if not check_invariants:
+        from .native_packing import compiled_packing
+
+        compiled = compiled_packing(placement, observers, book, state, order)
+        if compiled is not None:
+            placed_c, placements_c, rows, arrived_c = compiled
+            series.append(*rows.ravel().tolist())
+            if progress is not None:
+                progress(order.size, order.size)
+            return PackingOutcome(order, placed_c, placements_c, series, state.allocated_milli, arrived_c)
     placed = np.zeros(order.size, dtype=bool)
     placements: list[Placement | None] = [None] * order.size
     arrived = 0

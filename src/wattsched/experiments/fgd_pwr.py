@@ -82,6 +82,19 @@ class FragPowerObserver(PackingObserver):
         self._frag_total = int(self._frag_scaled.sum())
         self._power_total = float(self._node_power.sum())
 
+    def native_packing_plan(self) -> dict[str, Any] | None:
+        """The compiled packing loop computes these columns itself from this state (engine/native_packing.py)."""
+        if type(self) is not FragPowerObserver:
+            return None
+        return {
+            "frag": self.frag,
+            "power": self.power,
+            "frag_scaled": self._frag_scaled,
+            "node_power": self._node_power,
+            "frag_total": self._frag_total,
+            "power_total": self._power_total,
+        }
+
     def after_pod(self, state: ClusterState, pod: int, placement: Placement | None) -> tuple[float, ...]:
         if placement is not None:
             nodes = np.array(sorted({alloc[0] for alloc in placement}), dtype=np.int64)

@@ -14,11 +14,15 @@ Q3), in which case only the GPUs with less than ``m.milli`` left count. Hence, w
 where ``sum_ge(n, t)`` is the milli left on GPUs with at least t left. Everything is computed in exact integers,
 so "fragmentation unchanged" gives exactly the FGD score 50, as in the Go code, and per-node values only need
 per-threshold GPU counts and sums, which vectorise over nodes and over hypothetical placements.
+
+Packing runs score in C (engine/packing_kernel.c, the same integers); the score's ``exp`` is numpy's wherever C's
+could truncate differently (:meth:`FragModel.exact_sigmoid_score`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -175,6 +179,11 @@ class FragModel:
         idx = slice(None) if nodes is None else nodes
         return self.frag_scaled(state.gpu_left[idx], state.cpu_left[idx], self.node_model[idx]) / self._div
 
+    def exact_sigmoid_score(self, delta_scaled: int) -> int:
+        """:func:`sigmoid_score` of one change ``C * dF``, with numpy as the vectorised code computes it (the
+        compiled packing loop asks for the values its own exp cannot settle)."""
+        return int(sigmoid_score(np.array([delta_scaled], dtype=np.int64), self._div)[0])
+
     def cluster_frag(self, state: ClusterState) -> tuple[float, float]:
         """(F(M) = sum of node fragmentation, total idle GPU milli); frag ratio = first / second."""
         return float(self.node_frag(state).sum()), float(state.gpu_left_total.sum())
@@ -282,6 +291,21 @@ class FGD(PlacementPolicy):
         if self.model is None:
             raise RuntimeError("FGD needs the workload's typical pods: call prepare(jobs, spec) first")
         return self.model
+
+    def native_packing_plan(self) -> dict[str, Any] | None:
+        """How packing mode may run this policy compiled (engine/native_packing.py); exact type, once prepared."""
+        if type(self) is not FGD or self.model is None:
+            return None
+        return {
+            "placement": "weighted",
+            "w_pwr": 0,
+            "w_fgd": 1,
+            "gpus_by": "fgd",
+            "fgd": self.model,
+            "exact_score": self.model.exact_sigmoid_score,
+            "rank": self.rank,
+            "rank_weight": self._rank_weight,
+        }
 
     def _ensure(
         self, state: ClusterState, req: JobRequest, nodes: np.ndarray

@@ -7,6 +7,8 @@ integer ties, broken by the seeded node order, visibly change results.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..core.cluster import MILLI, ClusterState
@@ -15,6 +17,14 @@ from .base import PLACEMENT_POLICIES, PlacementPolicy
 
 MAX_SPEC_CPU = 128_000  # milli-CPU of the largest node shape (normalisation constant of the FGD simulator)
 MAX_SPEC_GPU = 8_000  # milli-GPU of the largest node shape
+
+
+def native_plan(policy: PlacementPolicy, kind: type, **plan: Any) -> dict[str, Any] | None:
+    """A compiled packing plan for `policy` (engine/native_packing.py) when it is exactly of type `kind` (a
+    subclass may change anything), with its tie-break order."""
+    if type(policy) is not kind:
+        return None
+    return {**plan, "rank": policy.rank, "rank_weight": policy._rank_weight}
 
 
 def min_max_normalise(raw: np.ndarray, all_equal: int) -> np.ndarray:
@@ -34,6 +44,10 @@ class FirstFit(PlacementPolicy):
 
     def score(self, state: ClusterState, req: JobRequest, nodes: np.ndarray) -> np.ndarray:
         return np.full(nodes.size, 100, dtype=np.int64)
+
+    def native_packing_plan(self) -> dict[str, Any] | None:
+        """How packing mode may run this policy compiled (engine/native_packing.py); exact type only."""
+        return native_plan(self, FirstFit, placement="first-fit", gpus_by="best")
 
 
 @PLACEMENT_POLICIES.register("random")
@@ -69,6 +83,10 @@ class BestFit(PlacementPolicy):
         )
         raw = ((1.0 - leftover) * 100.0).astype(np.int64)
         return min_max_normalise(raw, all_equal=0)
+
+    def native_packing_plan(self) -> dict[str, Any] | None:
+        """How packing mode may run this policy compiled (engine/native_packing.py); exact type only."""
+        return native_plan(self, BestFit, placement="best-fit", gpus_by="best")
 
 
 @PLACEMENT_POLICIES.register("least-allocated")

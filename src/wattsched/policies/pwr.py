@@ -14,6 +14,7 @@ Independent reimplementation.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -86,6 +87,20 @@ class PWR(PlacementPolicy):
             return super().choose_gpus(state, req, node)
         return (pwr_share_gpu(state.gpu_left[node], req.gpu_milli),)
 
+    def native_packing_plan(self) -> dict[str, Any] | None:
+        """How packing mode may run this policy compiled (engine/native_packing.py); exact type, once bound."""
+        if type(self) is not PWR or self.power is None:
+            return None
+        return {
+            "placement": "weighted",
+            "w_pwr": 1,
+            "w_fgd": 0,
+            "gpus_by": "pwr",
+            "pwr": self.power,
+            "rank": self.rank,
+            "rank_weight": self._rank_weight,
+        }
+
 
 class PwrFgd(PlacementPolicy):
     """Weighted sum of the normalised PWR score and the raw FGD score; FGD picks the GPUs."""
@@ -122,6 +137,24 @@ class PwrFgd(PlacementPolicy):
     def choose_gpus(self, state: ClusterState, req: JobRequest, node: int) -> tuple[int, ...]:
         # Every PWR+FGD run used `-gpusel FGD` (FGD also had the larger weight in all published pairs).
         return self.fgd.choose_gpus(state, req, node)
+
+    def native_packing_plan(self) -> dict[str, Any] | None:
+        """How packing mode may run this policy compiled (engine/native_packing.py); exact types, once prepared."""
+        if type(self) is not PwrFgd or type(self.pwr) is not PWR or type(self.fgd) is not FGD:
+            return None
+        if self.pwr.power is None or self.fgd.model is None:
+            return None
+        return {
+            "placement": "weighted",
+            "w_pwr": self.w_pwr,
+            "w_fgd": self.w_fgd,
+            "gpus_by": "fgd",
+            "fgd": self.fgd.model,
+            "pwr": self.pwr.power,
+            "exact_score": self.fgd.model.exact_sigmoid_score,
+            "rank": self.rank,
+            "rank_weight": self._rank_weight,
+        }
 
 
 _FAMILY = re.compile(r"pwr_(\d+)_fgd_(\d+)")
