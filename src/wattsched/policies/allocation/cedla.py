@@ -45,6 +45,7 @@ BURST_WINDOW_S = 600.0
 BURST_HISTORY_S = 86400.0
 # Urgent work may pause deferrable jobs holding at most this many times its own GPU count to make room.
 MAX_ROOM_FACTOR = 4
+_FEW_ARRIVALS = 8  # arrivals at one instant counted in Python before a binary search
 
 
 def _greedy_first_slot(inst: PlanInstance) -> np.ndarray:
@@ -150,15 +151,24 @@ class CeDla(AllocationPolicy):
     def _gpu_hours_left(self, view: ClusterView, jobs: np.ndarray) -> np.ndarray:
         # GPU-hours per unit of work at the trace GPU count: fixed per job, so computed once (re-plans see the
         # same deferred jobs hour after hour).
+        if len(jobs) == 1:  # one arrival (most decisions): no array bookkeeping for one number
+            j = int(jobs[0])
+            one = self._gpu_h_per_work[j]
+            if one != one:  # NaN: not computed yet
+                one = self._gpu_h_per_work[j] = self._gpu_h_per_unit(j)
+            return view.remaining_work(jobs) * one
         per_unit = self._gpu_h_per_work[jobs]
         for k in np.flatnonzero(np.isnan(per_unit)).tolist():
             j = int(jobs[k])
-            n = max(int(self.jobs.num_gpu[j]), 1)
-            rate = self.perf.solo_rate(
-                j, int(self.codes[j]), n, -(-n // self.gpus_per_node), 1, DEFAULT_SETTING
-            )
-            per_unit[k] = self._gpu_h_per_work[j] = n / rate / 3600.0
+            per_unit[k] = self._gpu_h_per_work[j] = self._gpu_h_per_unit(j)
         return view.remaining_work(jobs) * per_unit
+
+    def _gpu_h_per_unit(self, job: int) -> float:
+        n = max(int(self.jobs.num_gpu[job]), 1)
+        rate = self.perf.solo_rate(
+            job, int(self.codes[job]), n, -(-n // self.gpus_per_node), 1, DEFAULT_SETTING
+        )
+        return n / rate / 3600.0
 
     def _busy_above_idle_w(self, job: int) -> float:
         w = self._busy_w.get(job)
@@ -215,10 +225,15 @@ class CeDla(AllocationPolicy):
 
     def _arrivals(self, view: ClusterView) -> np.ndarray:
         """Jobs that arrived since the last look and still wait, in submission order."""
-        if self._arrived >= len(self._next_submit) or self._next_submit[self._arrived] > view.now:
+        submits, start, now = self._next_submit, self._arrived, view.now
+        if start >= len(submits) or submits[start] > now:
             return self._by_submit[:0]  # none since the last look
-        end = int(np.searchsorted(self._submit_sorted, view.now, side="right"))
-        new = self._by_submit[self._arrived : end]
+        end = start + 1
+        while end < len(submits) and submits[end] <= now and end - start < _FEW_ARRIVALS:
+            end += 1
+        if end < len(submits) and submits[end] <= now:  # many at once: one search
+            end = int(np.searchsorted(self._submit_sorted, now, side="right"))
+        new = self._by_submit[start:end]
         self._arrived = end
         return new[(view.status[new] == STATUS_PENDING) & ~self._seen[new]]
 
