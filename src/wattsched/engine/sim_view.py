@@ -169,6 +169,12 @@ class SimView:
     def remaining_work(self, jobs: np.ndarray) -> np.ndarray:
         sim = self._sim
         idx = np.asarray(jobs, dtype=np.int64)
+        if idx.shape == (1,):  # one job (a policy looking at one arrival): the same arithmetic on floats
+            j = int(idx[0])
+            left = float(sim.remaining[j])
+            if sim.status[j] == STATUS_RUNNING:
+                left -= (sim.now - float(sim.last_update[j])) * float(sim.rate[j])
+            return np.array([max(left, 0.0)])
         elapsed = np.where(sim.status[idx] == STATUS_RUNNING, sim.now - sim.last_update[idx], 0.0)
         return np.maximum(sim.remaining[idx] - elapsed * sim.rate[idx], 0.0)
 

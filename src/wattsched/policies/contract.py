@@ -584,7 +584,7 @@ class PowerManager:
 def powered_free_gpus(view: ClusterView) -> float:
     """Free GPUs on nodes that are on, plus the GPUs of nodes booting."""
     state = view.state
-    return float(state.free_gpus[state.available].sum()) + view.booting_gpus
+    return float(np.dot(state.free_gpus, state.available)) + view.booting_gpus  # (one call: every batch end)
 
 
 class BlockedWatch:

@@ -45,10 +45,12 @@ BURST_WINDOW_S = 600.0
 BURST_HISTORY_S = 86400.0
 # Urgent work may pause deferrable jobs holding at most this many times its own GPU count to make room.
 MAX_ROOM_FACTOR = 4
+_FEW_ARRIVALS = 8  # arrivals at one instant counted in Python before a binary search
+_GROUPS_KEPT = 64  # sets of powered nodes whose node groups are kept
 
 
-def _greedy_first_slot(inst: PlanInstance) -> np.ndarray:
-    x, _, _ = greedy_by_group(inst, node_groups(inst))
+def _greedy_first_slot(inst: PlanInstance, groups: list[list[int]] | None = None) -> np.ndarray:
+    x, _, _ = greedy_by_group(inst, node_groups(inst) if groups is None else groups)
     return x[:, :, 0].sum(axis=1)
 
 
@@ -89,7 +91,15 @@ class CeDla(AllocationPolicy):
 
     def first_slot_gpus(self, inst: PlanInstance) -> np.ndarray:
         """GPUs each training job gets in the plan's first slot."""
-        return _greedy_first_slot(inst)
+        # The nodes' groups depend, among what the plan sees of them, only on which are on (the rest is the
+        # cluster's, fixed): found once per set of powered nodes, not once per hourly plan.
+        key = inst.initially_on.tobytes()
+        groups = self._node_groups.get(key)
+        if groups is None:
+            if len(self._node_groups) >= _GROUPS_KEPT:
+                self._node_groups.clear()
+            groups = self._node_groups[key] = node_groups(inst)
+        return _greedy_first_slot(inst, groups)
 
     def bind(self, ctx: BindContext) -> None:
         self.placement.bind(ctx.spec, ctx.rng, ctx.node_rank)
@@ -105,7 +115,8 @@ class CeDla(AllocationPolicy):
         service = jobs.job_class != TRAINING
         hours = np.floor(jobs.submit_s[service] / SLOT_S).astype(np.int64)
         self.service_demand = np.bincount(hours, weights=jobs.num_gpu[service]) if hours.size else np.zeros(0)
-        self._busy_w: dict[int, float] = {}
+        self._busy_w = np.full(len(jobs), np.nan)  # per job, computed when first planned
+        self._node_groups: dict[bytes, list[list[int]]] = {}
         self._seen = np.zeros(len(jobs), dtype=bool)  # jobs classified since they arrived
         self._by_submit = np.argsort(jobs.submit_s, kind="stable")
         self._submit_sorted = jobs.submit_s[self._by_submit]
@@ -150,23 +161,34 @@ class CeDla(AllocationPolicy):
     def _gpu_hours_left(self, view: ClusterView, jobs: np.ndarray) -> np.ndarray:
         # GPU-hours per unit of work at the trace GPU count: fixed per job, so computed once (re-plans see the
         # same deferred jobs hour after hour).
+        if len(jobs) == 1:  # one arrival (most decisions): no array bookkeeping for one number
+            j = int(jobs[0])
+            one = self._gpu_h_per_work[j]
+            if one != one:  # NaN: not computed yet
+                one = self._gpu_h_per_work[j] = self._gpu_h_per_unit(j)
+            return view.remaining_work(jobs) * one
         per_unit = self._gpu_h_per_work[jobs]
         for k in np.flatnonzero(np.isnan(per_unit)).tolist():
             j = int(jobs[k])
-            n = max(int(self.jobs.num_gpu[j]), 1)
-            rate = self.perf.solo_rate(
-                j, int(self.codes[j]), n, -(-n // self.gpus_per_node), 1, DEFAULT_SETTING
-            )
-            per_unit[k] = self._gpu_h_per_work[j] = n / rate / 3600.0
+            per_unit[k] = self._gpu_h_per_work[j] = self._gpu_h_per_unit(j)
         return view.remaining_work(jobs) * per_unit
 
-    def _busy_above_idle_w(self, job: int) -> float:
-        w = self._busy_w.get(job)
-        if w is None:
-            w = self._busy_w[job] = (
-                self.perf.gpu_power_w(job, int(self.codes[job]), DEFAULT_SETTING) - self.gpu_idle_w
+    def _gpu_h_per_unit(self, job: int) -> float:
+        n = max(int(self.jobs.num_gpu[job]), 1)
+        rate = self.perf.solo_rate(
+            job, int(self.codes[job]), n, -(-n // self.gpus_per_node), 1, DEFAULT_SETTING
+        )
+        return n / rate / 3600.0
+
+    def _busy_above_idle_w(self, jobs: list[int]) -> np.ndarray:
+        """Each job's draw above idle on one busy GPU (fixed per job: computed once)."""
+        watts = self._busy_w[jobs]
+        for k in np.flatnonzero(np.isnan(watts)).tolist():
+            j = jobs[k]
+            watts[k] = self._busy_w[j] = (
+                self.perf.gpu_power_w(j, int(self.codes[j]), DEFAULT_SETTING) - self.gpu_idle_w
             )
-        return w
+        return watts
 
     def _can_wait_until(self, job: int, gpu_hours: float, when: float) -> bool:
         """Whether the job's work still fits by its deadline if it starts no earlier than `when`."""
@@ -215,10 +237,15 @@ class CeDla(AllocationPolicy):
 
     def _arrivals(self, view: ClusterView) -> np.ndarray:
         """Jobs that arrived since the last look and still wait, in submission order."""
-        if self._arrived >= len(self._next_submit) or self._next_submit[self._arrived] > view.now:
+        submits, start, now = self._next_submit, self._arrived, view.now
+        if start >= len(submits) or submits[start] > now:
             return self._by_submit[:0]  # none since the last look
-        end = int(np.searchsorted(self._submit_sorted, view.now, side="right"))
-        new = self._by_submit[self._arrived : end]
+        end = start + 1
+        while end < len(submits) and submits[end] <= now and end - start < _FEW_ARRIVALS:
+            end += 1
+        if end < len(submits) and submits[end] <= now:  # many at once: one search
+            end = int(np.searchsorted(self._submit_sorted, now, side="right"))
+        new = self._by_submit[start:end]
         self._arrived = end
         return new[(view.status[new] == STATUS_PENDING) & ~self._seen[new]]
 
@@ -459,7 +486,7 @@ class CeDla(AllocationPolicy):
             job_max_gpus=self.jobs.num_gpu[jobs].astype(float),
             job_first_slot=np.zeros(len(jobs), dtype=np.int64),
             job_deadline_slot=np.asarray(last, dtype=np.int64),
-            job_busy_w=np.array([self._busy_above_idle_w(j) for j in jobs]),
+            job_busy_w=self._busy_above_idle_w(jobs),
             service_gpus=np.minimum(reserved, capacity)[None, :],
             service_busy_w=np.zeros(1),
             initially_on=powered,

@@ -81,6 +81,10 @@ class Gandiva(AllocationPolicy):
         self.spec = ctx.spec
         self.slot_start = np.full(len(ctx.jobs), -np.inf)  # when each job last (re)started by this policy
         self._fits_as_left = False  # the last decision was not oversubscribed (see `allocate`)
+        # Running jobs on shared GPUs (packed), kept from the view's change journal (read afresh from -1): a
+        # decision looks at what they hold, not at what every running job holds.
+        self._mark = -1
+        self._packed: set[int] = set()
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -116,16 +120,32 @@ class Gandiva(AllocationPolicy):
         cap = gpu_model(self.spec.gpu_models[code]).memory_gib
         return self.perf.memory_gib(a) + self.perf.memory_gib(b) <= cap
 
+    def _follow_packed(self, view: ClusterView) -> set[int]:
+        """The running jobs on shared GPUs, brought up to date from the jobs that changed."""
+        changed, self._mark = view.job_changes(self._mark)
+        packed = self._packed
+        if changed is None:
+            changed = view.running_jobs().tolist()
+            packed.clear()
+        status = view.status
+        for job in dict.fromkeys(changed):
+            target = view.target(job) if status[job] == STATUS_RUNNING else None
+            if target is not None and target.share_milli < MILLI:
+                packed.add(job)
+            else:
+                packed.discard(job)
+        return packed
+
     def _units(self, view: ClusterView, jobs: np.ndarray) -> list[tuple[int, ...]]:
         """Scheduling units: packed pairs already running together, new pairs, single jobs."""
         units: list[tuple[int, ...]] = []
         taken: set[int] = set()
         # Running pairs stay together: packed jobs grouped by the GPUs they hold (one pass, in job order).
         packed: dict[tuple, list[int]] = {}
+        sharing = self._follow_packed(view)
         for job in jobs.tolist():
-            target = view.target(job) if view.status[job] == STATUS_RUNNING else None
-            if target is not None and target.share_milli < MILLI:
-                packed.setdefault(target.placement, []).append(job)
+            if job in sharing:
+                packed.setdefault(held_target(view, job).placement, []).append(job)
         for group in packed.values():
             for i in range(0, len(group), 2):
                 unit = tuple(group[i : i + 2])
@@ -220,10 +240,13 @@ class Gandiva(AllocationPolicy):
 
     def _unpack(self, view: ClusterView, plan: Plan, running: np.ndarray) -> None:
         """Give a packed job GPUs of its own again when some are free (its partner keeps the shared ones)."""
+        packed = self._follow_packed(view)
+        if not packed:
+            return
         for job in running.tolist():
-            target = view.target(job)
-            if target is None or target.share_milli >= MILLI or job in plan.assign or job in plan.released:
+            if job not in packed or job in plan.assign or job in plan.released:
                 continue
+            target = held_target(view, job)
             partners = [
                 k for k in running.tolist() if k != job and held_target(view, k).placement == target.placement
             ]
