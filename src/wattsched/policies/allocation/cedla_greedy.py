@@ -124,7 +124,8 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
     first = [g[0] for g in groups]
     size = np.array([len(g) for g in groups], dtype=np.int64)
     gpus = inst.gpus[first].astype(np.int64)
-    per_gpu_on = inst.node_on_w[first] / gpus  # W of a powered-on node per GPU
+    # W of a powered-on node per GPU; a group without GPUs (CPU nodes) takes no GPU work: last, not a 0-division
+    per_gpu_on = np.divide(inst.node_on_w[first], gpus, out=np.full(len(first), np.inf), where=gpus > 0)
     x = np.zeros((jobs, len(groups), slots))
     z = np.zeros((services, len(groups), slots))
     # 1. services, on the groups cheapest per GPU (plain ints: a few hundred steps per plan)
@@ -219,7 +220,7 @@ def greedy_by_group(inst: PlanInstance, groups: list) -> tuple[np.ndarray, np.nd
         n, per_node = int(size[g]), int(gpus[g])
         was = n if inst.initially_on[first[g]] else 0
         use = used[g].tolist()
-        on = (-(-used[g] // gpus[g])).tolist()
+        on = (-(-used[g] // gpus[g])).tolist() if gpus[g] else [0] * slots
         for t in range(slots - 1, -1, -1):
             before = on[t - 1] if t else was
             boots = max(0, on[t] - before)
