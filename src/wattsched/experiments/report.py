@@ -125,9 +125,9 @@ def section_html(section: Section, index: int) -> str:
 
     parts = [f'<h2 id="section-{index + 1}">{esc(section.title)}</h2>']
     items = [line[2:].replace("**", "") for line in section.lines if line.startswith("- ")]
-    parts += [f"<p>{esc(line)}</p>" for line in section.lines if line and not line.startswith("- ")]
+    parts += [f"<p>{_inline(line)}</p>" for line in section.lines if line and not line.startswith("- ")]
     if items:
-        parts += ['<ul class="assume">', *(f"<li>{esc(item)}</li>" for item in items), "</ul>"]
+        parts += ['<ul class="assume">', *(f"<li>{_inline(item)}</li>" for item in items), "</ul>"]
     table = section.table
     if table is not None and not table.empty:
         parts.append('<div class="scroll"><table>')
@@ -137,6 +137,14 @@ def section_html(section: Section, index: int) -> str:
             parts.append(f"<tr>{cells}</tr>")
         parts.append("</table></div>")
     return "\n".join(parts)
+
+
+def _inline(text: str) -> str:
+    """A Markdown sentence of a section as HTML: escaped, `code` spans as <code>, ** dropped."""
+    pieces = esc(text.replace("**", "")).split("`")
+    if len(pieces) % 2 == 0:  # an unpaired backtick: left as it is
+        return "`".join(pieces)
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(pieces))
 
 
 def _figure(key: str, title: str, made: tuple[str, str] | None, why: str) -> str:
