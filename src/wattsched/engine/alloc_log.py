@@ -13,13 +13,13 @@ The placements are kept both as the tuples policies return and, for the sums aft
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
-from ..core.cluster import MILLI
-from ..core.placement import Placement
+from ..core.placement import NodeShare, Placement
 from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..core.states import PHASE_NAMES
 
@@ -58,12 +58,81 @@ class PlacementColumns:
         return per_alloc
 
 
+class PlacementList:
+    """Every allocation's placement by id, as a list of them reads: those of the compiled loop are kept as columns
+    and a placement's tuples are made when it is read (10^6 allocations as tuples take ~250 MB), those added one
+    by one after them are kept as given."""
+
+    def __init__(self) -> None:
+        self._columns: PlacementColumns | None = None
+        self._share_mem: list[int] = []
+        self._compiled = 0
+        self._items: list[Placement] = []
+
+    def set_compiled(self, columns: PlacementColumns, share_mem: np.ndarray) -> None:
+        """The first allocations, made by the compiled loop (none may have been added before)."""
+        if len(self):
+            raise RuntimeError("compiled placements come first")
+        self._columns = columns
+        self._share_mem = share_mem.tolist()
+        self._compiled = len(columns.share_start) - 1
+
+    def __len__(self) -> int:
+        return self._compiled + len(self._items)
+
+    def _compiled_one(self, a: int) -> Placement:
+        cols = self._columns
+        assert cols is not None
+        first, last = int(cols.share_start[a]), int(cols.share_start[a + 1])
+        new = tuple.__new__
+        return tuple(
+            new(
+                NodeShare,
+                (
+                    int(cols.share_node[s]),
+                    tuple(cols.gpu_slot[cols.gpu_start[s] : cols.gpu_start[s + 1]].tolist()),
+                    int(cols.share_cpu[s]),
+                    self._share_mem[s],
+                ),
+            )
+            for s in range(first, last)
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> Placement: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Placement]: ...
+    def __getitem__(self, index: int | slice) -> Placement | list[Placement]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = index + len(self) if index < 0 else index
+        if not 0 <= i < len(self):
+            raise IndexError("placement index out of range")
+        return self._compiled_one(i) if i < self._compiled else self._items[i - self._compiled]
+
+    def __iter__(self) -> Iterator[Placement]:
+        for i in range(self._compiled):
+            yield self._compiled_one(i)
+        yield from self._items
+
+    def append(self, placement: Placement) -> None:
+        self._items.append(placement)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PlacementList | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
+
+
 class AllocationLog:
     def __init__(self) -> None:
         self._flat = array("d")
+        self._adopted: np.ndarray | None = None  # rows written by the compiled loop, before those of _flat
         # What each allocation holds, referenced by the `alloc` field: a placement and the milli-GPU taken on each
         # of its GPUs (two parallel columns rather than an object per allocation: 10^6 jobs).
-        self.placements: list[Placement] = []
+        self.placements = PlacementList()
         self.shares = array("q")
         self.settings: list[GpuSetting] = [DEFAULT_SETTING]  # referenced by the `setting` field
         self._setting_ids: dict[GpuSetting, int] = {DEFAULT_SETTING: 0}
@@ -75,7 +144,20 @@ class AllocationLog:
         self._gpu_slot = array("q")
 
     def __len__(self) -> int:
-        return len(self._flat) // _WIDTH
+        return len(self._flat) // _WIDTH + (len(self._adopted) if self._adopted is not None else 0)
+
+    def adopt_rows(self, rows: np.ndarray) -> None:
+        """Entries written by the compiled loop (rows of FIELDS), kept without a copy; only into an empty log."""
+        if len(self):
+            raise RuntimeError("adopted rows come first")
+        self._adopted = rows
+
+    def _rows(self) -> np.ndarray:
+        """Every entry as a row of FIELDS, in append order."""
+        flat = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, _WIDTH)
+        if self._adopted is None:
+            return flat
+        return self._adopted if not len(flat) else np.concatenate([self._adopted, flat])
 
     def add_alloc(self, placement: Placement, share_milli: int) -> int:
         self.placements.append(placement)
@@ -109,13 +191,13 @@ class AllocationLog:
             )
         )
 
-    def add_compiled(self, placements: list[Placement], columns: PlacementColumns) -> None:
-        """Allocations made by the compiled loop: their tuples and the same placements as columns (offsets from 0
-        for these allocations alone)."""
-        self.placement_columns()  # bring the columns up to date first
+    def add_compiled(self, columns: PlacementColumns, share_mem: np.ndarray, share_milli: np.ndarray) -> None:
+        """Allocations made by the compiled loop, as columns (offsets from 0 for these allocations alone), the
+        memory of each share and the milli-GPU each allocation takes on each of its GPUs; only into a log without
+        allocations."""
+        self.placements.set_compiled(columns, share_mem)
         shares, gpus = len(self._share_node), len(self._gpu_slot)
-        self.placements.extend(placements)
-        self.shares.extend(array("q", [MILLI]) * len(placements))
+        self.shares.extend(array("q", np.ascontiguousarray(share_milli, dtype=np.int64).tobytes()))
         self._share_start.extend(array("q", (columns.share_start[1:] + shares).tobytes()))
         self._share_node.extend(array("q", columns.share_node.tobytes()))
         self._share_cpu.extend(array("q", columns.share_cpu.tobytes()))
@@ -144,7 +226,7 @@ class AllocationLog:
 
     def columns(self) -> dict[str, np.ndarray]:
         """Each field as an array, in append (time) order; integer fields as int64."""
-        data = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, _WIDTH)
+        data = self._rows()
         out = {name: data[:, i] for i, name in enumerate(FIELDS)}
         for name in _INTEGER_FIELDS:
             out[name] = out[name].astype(np.int64)
@@ -154,7 +236,7 @@ class AllocationLog:
         """One row per entry that holds an allocation, with the time it ends (the job's next entry, or
         `t_end`), ordered by job and then time (the order the ledger's sums were defined in). Only `fields`
         (and ``end_s``) are returned: at 10^6 jobs every extra column costs tens of MB."""
-        data = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, _WIDTH)
+        data = self._rows()
         job_all = data[:, 1].astype(np.int64)
         order = np.argsort(job_all, kind="stable")  # entries are appended in time order
         job = job_all[order]

@@ -20,14 +20,28 @@ class GrowableColumns:
     def __init__(self, names: tuple[str, ...]):
         self.names = names
         self._flat = array("d")
+        self._adopted: np.ndarray | None = None  # rows written by the compiled loop, before those of _flat
 
     def append(self, *values: float) -> None:
         self._flat.extend(values)
 
+    def adopt_rows(self, rows: np.ndarray) -> None:
+        """Rows written by the compiled loop, kept without a copy; only before any row is appended."""
+        if len(self._flat) or self._adopted is not None:
+            raise RuntimeError("adopted rows come first")
+        self._adopted = rows
+
+    def rows(self) -> np.ndarray:
+        """Every row, in append order: [rows, len(names)]."""
+        flat = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, len(self.names))
+        if self._adopted is None:
+            return flat
+        return self._adopted if not len(flat) else np.concatenate([self._adopted, flat])
+
     def frame(self) -> pd.DataFrame:
         import pandas as pd
 
-        data = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, len(self.names))
+        data = self.rows()
         return pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(self.names)})
 
 
