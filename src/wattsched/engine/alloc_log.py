@@ -15,6 +15,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, overload
 
 import numpy as np
@@ -65,7 +66,7 @@ class PlacementList:
 
     def __init__(self) -> None:
         self._columns: PlacementColumns | None = None
-        self._share_mem: list[int] = []
+        self._share_mem = np.zeros(0, dtype=np.int64)
         self._compiled = 0
         self._items: list[Placement] = []
 
@@ -74,8 +75,18 @@ class PlacementList:
         if len(self):
             raise RuntimeError("compiled placements come first")
         self._columns = columns
-        self._share_mem = share_mem.tolist()
+        self._share_mem = np.ascontiguousarray(share_mem, dtype=np.int64)
         self._compiled = len(columns.share_start) - 1
+
+    @property
+    def compiled_columns(self) -> PlacementColumns | None:
+        """The compiled loop's allocations as columns (they come first), or None."""
+        return self._columns
+
+    @property
+    def added(self) -> list[Placement]:
+        """The placements added one by one, after the compiled loop's."""
+        return self._items
 
     def __len__(self) -> int:
         return self._compiled + len(self._items)
@@ -92,7 +103,7 @@ class PlacementList:
                     int(cols.share_node[s]),
                     tuple(cols.gpu_slot[cols.gpu_start[s] : cols.gpu_start[s + 1]].tolist()),
                     int(cols.share_cpu[s]),
-                    self._share_mem[s],
+                    int(self._share_mem[s]),
                 ),
             )
             for s in range(first, last)
@@ -165,20 +176,21 @@ class AllocationLog:
         return len(self.placements) - 1
 
     def placement_columns(self) -> PlacementColumns:
-        """Every allocation's placement as arrays (the tuples added since the last call are turned into columns
-        here, once)."""
+        """Every allocation's placement as arrays: the compiled loop's columns, then those of the tuples added one
+        by one (turned into columns once, when first asked for)."""
         done = len(self._share_start) - 1
-        if done < len(self.placements):
+        added = self.placements.added
+        if done < len(added):
             share_start, share_node, share_cpu = self._share_start, self._share_node, self._share_cpu
             gpu_start, gpu_slot = self._gpu_start, self._gpu_slot
-            for placement in self.placements[done:]:
+            for placement in added[done:]:
                 for node, gpus, cpu, _ in placement:
                     share_node.append(node)
                     share_cpu.append(cpu)
                     gpu_slot.extend(gpus)
                     gpu_start.append(len(gpu_slot))
                 share_start.append(len(share_node))
-        return PlacementColumns(
+        own = PlacementColumns(
             *(
                 np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
                 for a in (
@@ -190,19 +202,26 @@ class AllocationLog:
                 )
             )
         )
+        compiled = self.placements.compiled_columns
+        if compiled is None:
+            return own
+        if not added:
+            return compiled
+        shares, gpus = len(compiled.share_node), len(compiled.gpu_slot)
+        return PlacementColumns(
+            np.concatenate([compiled.share_start, own.share_start[1:] + shares]),
+            np.concatenate([compiled.share_node, own.share_node]),
+            np.concatenate([compiled.share_cpu, own.share_cpu]),
+            np.concatenate([compiled.gpu_start, own.gpu_start[1:] + gpus]),
+            np.concatenate([compiled.gpu_slot, own.gpu_slot]),
+        )
 
     def add_compiled(self, columns: PlacementColumns, share_mem: np.ndarray, share_milli: np.ndarray) -> None:
         """Allocations made by the compiled loop, as columns (offsets from 0 for these allocations alone), the
         memory of each share and the milli-GPU each allocation takes on each of its GPUs; only into a log without
         allocations."""
         self.placements.set_compiled(columns, share_mem)
-        shares, gpus = len(self._share_node), len(self._gpu_slot)
         self.shares.extend(array("q", np.ascontiguousarray(share_milli, dtype=np.int64).tobytes()))
-        self._share_start.extend(array("q", (columns.share_start[1:] + shares).tobytes()))
-        self._share_node.extend(array("q", columns.share_node.tobytes()))
-        self._share_cpu.extend(array("q", columns.share_cpu.tobytes()))
-        self._gpu_start.extend(array("q", (columns.gpu_start[1:] + gpus).tobytes()))
-        self._gpu_slot.extend(array("q", columns.gpu_slot.tobytes()))
 
     def setting_id(self, setting: GpuSetting) -> int:
         sid = self._setting_ids.get(setting)
@@ -254,14 +273,59 @@ class AllocationLog:
         rows["end_s"] = t1[held]
         return rows
 
+    def last_allocs(self, num_jobs: int) -> np.ndarray:
+        """The last allocation each job held (NO_ALLOC if it never ran): int64 [num_jobs]."""
+        data = self._rows()
+        alloc = data[:, 2].astype(np.int64)
+        held = np.flatnonzero(alloc != NO_ALLOC)[::-1]  # newest first
+        jobs, first = np.unique(data[held, 1].astype(np.int64), return_index=True)
+        last = np.full(num_jobs, NO_ALLOC, dtype=np.int64)
+        last[jobs] = alloc[held[first]]
+        return last
+
     def last_placements(self, num_jobs: int) -> list[Placement | None]:
         """The last placement each job held (None if it never ran)."""
-        cols = self.columns()
-        held = np.flatnonzero(cols["alloc"] != NO_ALLOC)[::-1]  # newest first
-        jobs, first = np.unique(cols["job"][held], return_index=True)
-        last = np.full(num_jobs, NO_ALLOC, dtype=np.int64)
-        last[jobs] = cols["alloc"][held][first]
-        return [self.placements[a] if a != NO_ALLOC else None for a in last.tolist()]
+        return [self.placements[a] if a != NO_ALLOC else None for a in self.last_allocs(num_jobs).tolist()]
+
+    def placement_texts(self, allocs: np.ndarray, node_names: np.ndarray) -> np.ndarray:
+        """'node:gpu,gpu;node:gpu' per allocation id ('' for NO_ALLOC; a share without GPUs shows the node
+        alone), made from the placement columns: object [len(allocs)]. Equal texts are one string object
+        (10^6 jobs hold a few thousand distinct ones), and no placement tuple is made."""
+        cols = self.placement_columns()
+        names = node_names.tolist()
+        # Each share's key: its node and its GPU set (a bit mask, or an id per distinct set on wide nodes).
+        if not len(cols.gpu_slot) or int(cols.gpu_slot.max()) < 62:
+            cumulative = np.concatenate([[0], np.cumsum(np.left_shift(1, cols.gpu_slot))]).astype(np.int64)
+            sets = cumulative[cols.gpu_start[1:]] - cumulative[cols.gpu_start[:-1]]
+        else:
+            ids: dict[tuple[int, ...], int] = {}
+            slots = cols.gpu_slot.tolist()
+            bounds = cols.gpu_start.tolist()
+            sets = np.array(
+                [ids.setdefault(tuple(slots[a:b]), len(ids)) for a, b in pairwise(bounds)],
+                dtype=np.int64,
+            )
+        order = np.lexsort((sets, cols.share_node))
+        node_sorted, set_sorted = cols.share_node[order], sets[order]
+        opens = np.r_[True, (node_sorted[1:] != node_sorted[:-1]) | (set_sorted[1:] != set_sorted[:-1])]
+        texts = []
+        for s in order[opens[: len(order)]].tolist():
+            node = names[int(cols.share_node[s])]
+            gpus = cols.gpu_slot[cols.gpu_start[s] : cols.gpu_start[s + 1]].tolist()
+            texts.append(f"{node}:{','.join(map(str, gpus))}" if gpus else node)
+        share_text = np.empty(len(order), dtype=object)
+        share_text[order] = np.asarray(texts, dtype=object)[np.cumsum(opens[: len(order)]) - 1]
+        # One share per allocation for all but gangs: their text is their share's.
+        per_alloc = np.diff(cols.share_start)
+        held = allocs != NO_ALLOC
+        safe = np.where(held, allocs, 0)
+        out = np.full(len(allocs), "", dtype=object)
+        single = held & (per_alloc[safe] == 1) if len(per_alloc) else np.zeros(len(allocs), dtype=bool)
+        out[single] = share_text[cols.share_start[safe[single]]]
+        for i in np.flatnonzero(held & ~single).tolist():
+            a = int(allocs[i])
+            out[i] = ";".join(share_text[cols.share_start[a] : cols.share_start[a + 1]].tolist())
+        return out
 
     def job_stats(self, num_jobs: int, t_end: float) -> dict[str, np.ndarray]:
         """Per job, over the time it held GPUs: time-weighted mean GPU count, SM-clock and power-limit
@@ -288,7 +352,9 @@ class AllocationLog:
         entries = np.bincount(job, minlength=num_jobs)
         first = np.searchsorted(job, np.arange(num_jobs))  # rows are sorted by job
         single = entries == 1
-        counts[single] = gpus[first[single]].astype(str)
+        # One string object per distinct count, not one per job.
+        values, which = np.unique(gpus[first[single]], return_inverse=True)
+        counts[single] = np.asarray([str(v) for v in values.tolist()], dtype=object)[which]
         for j in np.flatnonzero(entries > 1).tolist():
             seq = gpus[first[j] : first[j] + entries[j]].tolist()
             counts[j] = ">".join(str(c) for i, c in enumerate(seq) if i == 0 or c != seq[i - 1])

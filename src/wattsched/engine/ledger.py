@@ -64,6 +64,21 @@ def _segments_of(sorted_keys: np.ndarray, times: np.ndarray) -> tuple[np.ndarray
     return k, dt[k]
 
 
+def _cumulative(
+    w: np.ndarray, which: np.ndarray, ends: np.ndarray, last: np.ndarray | None = None
+) -> np.ndarray:
+    """The running sum over steps of +w[which] (a segment's start) or -w[which] where `ends` (its end), at
+    positions `last` (all if None): the same sums as ``cumsum(concatenate([w, -w])[order])``, in the dtype of
+    `w`, made in one step-length array."""
+    steps = w.take(which)
+    np.negative(steps, out=steps, where=ends)
+    np.cumsum(steps, out=steps)
+    if last is None:
+        return steps
+    out: np.ndarray = steps[last]
+    return out
+
+
 class EnergyLedger(Observer):
     def __init__(
         self,
@@ -191,14 +206,26 @@ class EnergyLedger(Observer):
         g_t0, g_dt, g_node, g_draw_w, g_held_w, g_computing = self._gpu_segments(
             gpus, start, end, load, computing, width
         )
+        del gpus
         n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(sim, nodes, start, end)
-        del nodes, gpus
+        del nodes, start, end, load, computing
         model, spec = self.model, sim.spec
-        g_idle = model.gpu_idle_w[g_node]
-        g_excess = g_draw_w - g_idle
+        # Each segment-length array is made when its sum is taken and let go after (10^6 jobs: ~40 MB each).
+        e = self._energy
         # A GPU only held keeps its bare idle in gpu_idle; a computing one moves all of its draw to gpu_active.
         g_active_w = np.where(g_computing, g_draw_w - g_held_w, 0.0)
+        e[0] = float(g_active_w @ g_dt)
+        del g_active_w
+        e[1] = float(g_held_w @ g_dt)
+        del g_held_w
+        g_idle = model.gpu_idle_w[g_node]
+        del g_node
         g_idle_out = np.where(g_computing, g_idle, 0.0)
+        del g_computing
+        gpu_idle_out = float(g_idle_out @ g_dt)
+        del g_idle_out
+        g_excess = g_draw_w - g_idle
+        del g_draw_w, g_idle
         on = n_state == ON
         moving = (n_state == BOOTING) | (n_state == SHUTTING_DOWN)
         gpu_idle_w = np.where(on, model.gpu_idle_w[n_node] * model.gpu_count[n_node], 0.0)
@@ -206,11 +233,9 @@ class EnergyLedger(Observer):
         base_w = np.where(on, self.node_base_w, 0.0)
         trans_w = np.where(moving, model.node_idle_w(n_node) + self.node_base_w, 0.0)
         trans_w += np.where(n_state == OFF, self.off_power_w, 0.0)
+        del on, moving, n_state, n_alloc, n_node
 
-        e = self._energy
-        e[0] = float(g_active_w @ g_dt)
-        e[1] = float(g_held_w @ g_dt)
-        e[2] = float(gpu_idle_w @ n_dt) - float(g_idle_out @ g_dt)
+        e[2] = float(gpu_idle_w @ n_dt) - gpu_idle_out
         e[3] = float(cpu_w @ n_dt)
         e[4] = float(base_w @ n_dt)
         e[5] = float(trans_w @ n_dt)
@@ -218,8 +243,11 @@ class EnergyLedger(Observer):
 
         # The cluster's power over time: every segment as +w at its start and -w at its end.
         seg_t0 = np.concatenate([n_t0, g_t0])
+        del n_t0, g_t0
         seg_t1 = seg_t0 + np.concatenate([n_dt, g_dt])
+        del n_dt, g_dt
         seg_w = np.concatenate([gpu_idle_w + cpu_w + base_w + trans_w, g_excess]) * self.pue
+        del base_w, trans_w
         if self.price is not None:
             self.cost_usd = float(np.sum(self.price.cost_usd(seg_w, seg_t0, seg_t1)))
         if self.carbon is not None:
@@ -227,14 +255,20 @@ class EnergyLedger(Observer):
         times = np.concatenate([seg_t0, seg_t1])
         del seg_t0, seg_t1
         order = np.argsort(times, kind="stable")
-        self._step_t = times[order]
+        times.sort(kind="stable")  # = times[order], without a second array
+        # Only the value after the last step at each time is ever read (series_at, the peak): those alone are
+        # kept, made one column at a time (10^6 jobs: ~10^7 steps a column).
+        last = np.flatnonzero(np.r_[times[1:] != times[:-1], True]) if times.size else np.zeros(0, np.int64)
+        self._step_t = times[last]
         del times
-        columns = {
-            "power_w": seg_w,
-            "gpu_w": np.concatenate([gpu_idle_w, g_excess]),
-            "cpu_w": np.concatenate([cpu_w, np.zeros(len(g_excess))]),
-        }
-        self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
+        # Step k adds +w[order[k]] (a start) or -w[order[k] - n] (an end).
+        n = len(seg_w)
+        ends = order >= n
+        np.subtract(order, n, out=order, where=ends)
+        self._step = {"power_w": _cumulative(seg_w, order, ends, last)}
+        del seg_w
+        self._step["gpu_w"] = _cumulative(np.concatenate([gpu_idle_w, g_excess]), order, ends, last)
+        self._step["cpu_w"] = _cumulative(np.concatenate([cpu_w, np.zeros(len(g_excess))]), order, ends, last)
 
     def _gpu_segments(
         self,
@@ -252,15 +286,19 @@ class EnergyLedger(Observer):
         t = np.concatenate([start[g_job], end[g_job]])
         gid = np.concatenate([g_id, g_id])
         order = np.lexsort((t, gid))
-        t, gid = t[order], gid[order]
+        t = t[order]
+        gid.sort(kind="stable")  # = gid[order]: the GPU ids in order
+        # Event k is the start of interval row order[k], or the end of row order[k] - G where `ends`.
+        ends = order >= len(g_job)
+        np.subtract(order, len(g_job), out=order, where=ends)
         on = computing[g_job]
-        run_load = np.where(on, load[g_job], 0.0)
-        cum_load = np.cumsum(np.concatenate([run_load, -run_load])[order])
+        cum_load = _cumulative(np.where(on, load[g_job], 0.0), order, ends)
+        # Job counts on a GPU: int32 is exact and halves these two event-length arrays.
         step = on.astype(np.int32)
-        cum_computing = np.cumsum(np.concatenate([step, -step])[order])
-        step = 1 - step
-        cum_held = np.cumsum(np.concatenate([step, -step])[order])
-        del order, step, run_load, on
+        del on
+        cum_computing = _cumulative(step, order, ends)
+        cum_held = _cumulative(1 - step, order, ends)
+        del order, ends, step
         k, dt = _segments_of(gid, t)
         busy = (cum_computing[k] > 0) | (cum_held[k] > 0)
         k, dt = k[busy], dt[busy]
@@ -286,9 +324,16 @@ class EnergyLedger(Observer):
         ev_node = np.concatenate([all_nodes, a_node, a_node, trans[:, 1].astype(np.int64), all_nodes])
         ev_cpu = np.concatenate([np.zeros(n), a_cpu, -a_cpu, np.zeros(len(trans)), np.zeros(n)])
         ev_state = np.concatenate(
-            [np.full(n, ON), np.full(2 * len(a_job), -1), trans[:, 2].astype(np.int64), np.full(n, -1)]
+            [
+                np.full(n, ON, dtype=np.int8),
+                np.full(2 * len(a_job), -1, dtype=np.int8),
+                trans[:, 2].astype(np.int8),
+                np.full(n, -1, dtype=np.int8),
+            ]
         )
-        ev_kind = np.concatenate([np.zeros(n), np.ones(2 * len(a_job) + len(trans)), np.full(n, 2)])
+        ev_kind = np.concatenate(
+            [np.zeros(n, np.int8), np.ones(2 * len(a_job) + len(trans), np.int8), np.full(n, 2, np.int8)]
+        )
         order = np.lexsort((ev_kind, ev_t, ev_node))
         ev_t, ev_node, ev_state = ev_t[order], ev_node[order], ev_state[order]
         alloc = np.cumsum(ev_cpu[order])

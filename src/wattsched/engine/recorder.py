@@ -69,8 +69,22 @@ class TimeSeriesRecorder(Observer):
             sim.now, state.allocated_milli / 1000.0, len(sim.running), sim.queue_length, state.nodes_busy
         )
 
-    def frame(self) -> pd.DataFrame:
-        df = self.series.frame()
-        for col in ("running_jobs", "queue_length", "nodes_in_use"):
-            df[col] = df[col].astype(np.int64)
-        return df
+    INTEGER_COLUMNS = ("running_jobs", "queue_length", "nodes_in_use")
+
+    def frame(self, release: bool = False) -> pd.DataFrame:
+        """The series as a table; `release` frees the recorded rows afterwards (10^6 jobs: ~80 MB)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.columns(release), copy=False)
+
+    def columns(self, release: bool = False) -> dict[str, np.ndarray]:
+        """The series as one array per column; `release` frees the recorded rows afterwards."""
+        data = self.series.rows()
+        columns = {
+            name: data[:, i].astype(np.int64) if name in self.INTEGER_COLUMNS else data[:, i].copy()
+            for i, name in enumerate(self.COLUMNS)
+        }
+        del data
+        if release:
+            self.series = GrowableColumns(self.COLUMNS)
+        return columns
