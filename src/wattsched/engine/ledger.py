@@ -36,7 +36,7 @@ import numpy as np
 
 from ..core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
-from .alloc_log import ragged_ranges
+from .alloc_log import PlacementColumns, ragged_ranges
 from .observers import Observer
 from .power import NodePower, Transition
 from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
@@ -58,8 +58,8 @@ COMPONENTS = (
 
 def _segments_of(sorted_keys: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices k of events that open a segment [times[k], times[k+1]) of positive length within one key."""
-    same = sorted_keys[:-1] == sorted_keys[1:]
-    dt = np.where(same, times[1:] - times[:-1], 0.0)
+    dt = times[1:] - times[:-1]
+    dt[sorted_keys[:-1] != sorted_keys[1:]] = 0.0  # across keys: no segment
     k = np.flatnonzero(dt > 0)
     return k, dt[k]
 
@@ -176,39 +176,32 @@ class EnergyLedger(Observer):
         )
 
     # --- building the segments ------------------------------------------------------------------------------
-    def _allocations(
-        self, sim: Simulator
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-        """Flatten the allocation log into per-node and per-GPU holding intervals (job order, then time):
-        (node rows [interval, node, cpu], GPU rows [interval, flat GPU], start, end, load, computing, GPU width)."""
+    def _allocations(self, sim: Simulator) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, int]:
+        """The allocation log's holding intervals (job order, then time: start ``time_s``, ``end_s``, ``load``,
+        ``computing``) and their node shares in order (share ids and each one's interval), and the GPU width."""
         width = max(sim.spec.max_gpus_per_node, 1)
         rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load", "phase"))
         cols = sim.log.placement_columns()
-        # Rows in the order of interval, then share, then GPU: each interval's shares, each share's GPUs.
-        alloc = rows["alloc"]
+        alloc = rows.pop("alloc")
+        rows["computing"] = rows.pop("phase") == PHASE_RUNNING
         per_interval = cols.share_start[alloc + 1] - cols.share_start[alloc]
         share = ragged_ranges(cols.share_start[alloc], per_interval)
-        node_iv = np.repeat(np.arange(len(alloc), dtype=np.int64), per_interval)
-        node_id = cols.share_node[share]
-        per_share = cols.gpu_start[share + 1] - cols.gpu_start[share]
-        gpu_slot = cols.gpu_slot[ragged_ranges(cols.gpu_start[share], per_share)]
-        nodes = np.stack([node_iv, node_id, cols.share_cpu[share]], axis=1)
-        gpus = np.stack(
-            [np.repeat(node_iv, per_share), np.repeat(node_id, per_share) * width + gpu_slot], axis=1
-        )
-        computing = rows["phase"] == PHASE_RUNNING
-        times = rows["time_s"], rows["end_s"]
-        return nodes.reshape(-1, 3), gpus.reshape(-1, 2), *times, rows["load"], computing, width
+        share_iv = np.repeat(np.arange(len(alloc), dtype=np.int64), per_interval)
+        return rows, share, share_iv, width
 
     def _integrate(self, sim: Simulator) -> None:
-        nodes, gpus, start, end, load, computing, width = self._allocations(sim)
-        # Each pass returns only its segments; its event arrays are freed on return (10^6 jobs: ~10^7 events).
-        g_t0, g_dt, g_node, g_draw_w, g_held_w, g_computing = self._gpu_segments(
-            gpus, start, end, load, computing, width
+        rows, share, share_iv, width = self._allocations(sim)
+        cols = sim.log.placement_columns()
+        start, end = rows["time_s"], rows["end_s"]
+        # Each pass makes its own event arrays from the shares and returns only its segments (10^6 jobs: ~10^7
+        # events): the node pass first, its segments being the fewer.
+        n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(
+            sim, share_iv, cols.share_node[share], cols.share_cpu[share], start, end
         )
-        del gpus
-        n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(sim, nodes, start, end)
-        del nodes, start, end, load, computing
+        g_t0, g_dt, g_node, g_draw_w, g_held_w, g_computing = self._gpu_segments(
+            cols, share, share_iv, start, end, rows["load"], rows["computing"], width
+        )
+        del rows, share, share_iv, start, end
         model, spec = self.model, sim.spec
         # Each segment-length array is made when its sum is taken and let go after (10^6 jobs: ~40 MB each).
         e = self._energy
@@ -272,7 +265,9 @@ class EnergyLedger(Observer):
 
     def _gpu_segments(
         self,
-        gpus: np.ndarray,
+        cols: PlacementColumns,
+        share: np.ndarray,
+        share_iv: np.ndarray,
         start: np.ndarray,
         end: np.ndarray,
         load: np.ndarray,
@@ -282,39 +277,63 @@ class EnergyLedger(Observer):
         """GPU segments while a GPU holds a job: where an interval starts, events +load (computing only) and +1
         computing or +1 held job; the opposite at its end. Returns (t0, dt, node, draw W, held excess W,
         computing) per segment."""
-        g_job, g_id = gpus[:, 0], gpus[:, 1]
+        # One row per interval and GPU, in the order of interval, then share, then GPU.
+        per_share = cols.gpu_start[share + 1] - cols.gpu_start[share]
+        g_id = np.repeat(cols.share_node[share], per_share) * width
+        g_id += cols.gpu_slot[ragged_ranges(cols.gpu_start[share], per_share)]
+        g_job = np.repeat(share_iv, per_share)
+        del per_share
+        rows = len(g_job)
         t = np.concatenate([start[g_job], end[g_job]])
-        gid = np.concatenate([g_id, g_id])
+        gid = np.empty(2 * rows, dtype=np.int32)  # GPU ids fit in 32 bits: half the memory of the event array
+        gid[:rows] = g_id
+        gid[rows:] = g_id
+        del g_id
         order = np.lexsort((t, gid))
         t = t[order]
         gid.sort(kind="stable")  # = gid[order]: the GPU ids in order
-        # Event k is the start of interval row order[k], or the end of row order[k] - G where `ends`.
-        ends = order >= len(g_job)
-        np.subtract(order, len(g_job), out=order, where=ends)
+        # Event k is the start of interval row order[k], or the end of row order[k] - rows where `ends`.
+        ends = order >= rows
+        np.subtract(order, rows, out=order, where=ends)
         on = computing[g_job]
-        cum_load = _cumulative(np.where(on, load[g_job], 0.0), order, ends)
         # Job counts on a GPU: int32 is exact and halves these two event-length arrays.
         step = on.astype(np.int32)
-        del on
-        cum_computing = _cumulative(step, order, ends)
-        cum_held = _cumulative(1 - step, order, ends)
-        del order, ends, step
-        k, dt = _segments_of(gid, t)
-        busy = (cum_computing[k] > 0) | (cum_held[k] > 0)
-        k, dt = k[busy], dt[busy]
-        node = gid[k] // width
-        computing_now = cum_computing[k] > 0
-        draw, held = self.model.gpu_state_w(
-            np.maximum(cum_load[k], 0.0), computing_now, cum_held[k] > 0, node
-        )
-        return t[k], dt, node, draw, held, computing_now
+        computing_after = _cumulative(step, order, ends) > 0  # after each event, some job on the GPU computes
+        held_after = _cumulative(1 - step, order, ends) > 0  # some job holds it without computing
+        del step
+        cum_load = _cumulative(np.where(on, load[g_job], 0.0), order, ends)
+        del order, ends, on
+        # Segments [t[k], t[k + 1]) of positive length on one GPU that holds a job.
+        keep = gid[:-1] == gid[1:]
+        keep &= t[1:] > t[:-1]
+        keep &= computing_after[:-1] | held_after[:-1]
+        k = np.flatnonzero(keep)
+        del keep
+        t0 = t[k]
+        dt = t[k + 1] - t0
+        del t
+        node = (gid[k] // width).astype(np.int64)
+        del gid
+        computing_now = computing_after[k]
+        held_now = held_after[k]
+        del computing_after, held_after
+        load_now = np.maximum(cum_load[k], 0.0)
+        del cum_load, k
+        draw, held = self.model.gpu_state_w(load_now, computing_now, held_now, node)
+        return t0, dt, node, draw, held, computing_now
 
     def _node_segments(
-        self, sim: Simulator, nodes: np.ndarray, start: np.ndarray, end: np.ndarray
+        self,
+        sim: Simulator,
+        a_job: np.ndarray,
+        a_node: np.ndarray,
+        a_cpu: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Node segments: initial ON state, CPU deltas, power-state transitions and a closing event, per node."""
+        """Node segments: initial ON state, CPU deltas, power-state transitions and a closing event, per node.
+        `a_job`, `a_node`, `a_cpu`: each node share's interval, node and milli-CPU."""
         n = sim.spec.num_nodes
-        a_job, a_node, a_cpu = nodes[:, 0], nodes[:, 1], nodes[:, 2]
         trans = np.array(self.controller.transitions if self.controller else [], dtype=np.float64)
         trans = trans.reshape(-1, 4)  # time, node, new state, old state
         all_nodes = np.arange(n)

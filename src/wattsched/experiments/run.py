@@ -219,18 +219,29 @@ def run_simulation(
     return RunResult(cfg, summary, jobs_df, series_df, out)
 
 
+def _text(values: np.ndarray) -> np.ndarray:
+    """A column of text for a table: an object array of strings as it is (pandas makes the same string column
+    from it as from ``astype(str)``, without a fixed-width copy and a string object per row on the way: 10^6
+    jobs, ~100 MB a column), anything else as ``astype(str)``."""
+    from pandas.api.types import infer_dtype
+
+    if values.dtype == object and infer_dtype(values, skipna=False) == "string":
+        return values
+    return values.astype(str)
+
+
 def _job_columns(jobs: JobTable) -> dict[str, Any]:
     columns = {
-        "job_id": jobs.job_id.astype(str),
+        "job_id": _text(jobs.job_id),
         "submit_s": jobs.submit_s,
         "num_gpu": jobs.num_gpu,
         "gpu_milli": jobs.gpu_milli,
         "cpu_milli": jobs.cpu_milli,
         "memory_mib": jobs.memory_mib,
-        "gpu_spec": jobs.gpu_spec.astype(str),
-        "job_class": np.asarray(JOB_CLASSES, dtype=object)[jobs.job_class].astype(str),
-        "model_name": jobs.model_name.astype(str),
-        "user": jobs.user.astype(str),
+        "gpu_spec": _text(jobs.gpu_spec),
+        "job_class": np.asarray(JOB_CLASSES, dtype=object)[jobs.job_class],
+        "model_name": _text(jobs.model_name),
+        "user": _text(jobs.user),
     }
     # Columns only some workloads have: training deadlines and the request rates of service-hours.
     if not np.isnan(jobs.deadline_s).all():
@@ -306,6 +317,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
         signals=(energy.price, energy.carbon) if energy else (None, None),
         power_meter=PowerMeter(energy.ledger) if energy else None,
     )
+    sim.release_after_run = True  # only the outcome, the log and the observers are read below
     outcome = sim.run()
     import pandas as pd  # after the run: the simulation starts without it
 
@@ -334,7 +346,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
     delay = outcome.start_s - jobs.submit_s
     cols = _job_columns(jobs)
     if perf.profiles is not None:
-        cols["perf_source"] = perf.source.astype(str)
+        cols["perf_source"] = _text(perf.source)
     cols.update(
         {
             "start_s": outcome.start_s,
@@ -342,7 +354,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
             "jct_s": jct,
             "queue_delay_s": delay,
             "duration_s": jobs.duration_s,
-            "status": np.asarray(STATUS_NAMES, dtype=object)[outcome.status].astype(str),
+            "status": np.asarray(STATUS_NAMES, dtype=object)[outcome.status],
             "placement": placement,
             "model_assigned": perf.assigned,
             "work": perf.work,
