@@ -141,6 +141,8 @@ class AllocationLog:
     def __init__(self) -> None:
         self._flat = array("d")
         self._adopted: np.ndarray | None = None  # rows written by the compiled loop, before those of _flat
+        # Intervals kept by intervals(keep=...) for one later call: (t_end, entries, their fields).
+        self._kept: tuple[float, int, dict[str, np.ndarray]] | None = None
         # What each allocation holds, referenced by the `alloc` field: a placement and the milli-GPU taken on each
         # of its GPUs (two parallel columns rather than an object per allocation: 10^6 jobs).
         self.placements = PlacementList()
@@ -251,10 +253,23 @@ class AllocationLog:
             out[name] = out[name].astype(np.int64)
         return out
 
-    def intervals(self, t_end: float, fields: tuple[str, ...] = FIELDS) -> dict[str, np.ndarray]:
+    def intervals(
+        self, t_end: float, fields: tuple[str, ...] = FIELDS, keep: tuple[str, ...] = ()
+    ) -> dict[str, np.ndarray]:
         """One row per entry that holds an allocation, with the time it ends (the job's next entry, or
         `t_end`), ordered by job and then time (the order the ledger's sums were defined in). Only `fields`
-        (and ``end_s``) are returned: at 10^6 jobs every extra column costs tens of MB."""
+        (and ``end_s``) are returned: at 10^6 jobs every extra column costs tens of MB. `keep`: fields (with
+        ``end_s``) kept for the next call, which takes them instead of sorting the log again if it asks for no
+        others over the same entries (the job table after the energy ledger)."""
+        kept, self._kept = self._kept, None
+        if kept is not None and kept[:2] == (t_end, len(self)) and set(fields) <= kept[2].keys():
+            return {name: kept[2][name] for name in (*fields, "end_s")}
+        rows = self._intervals(t_end, tuple(dict.fromkeys((*fields, *keep))))
+        if keep:
+            self._kept = (t_end, len(self), {name: rows[name] for name in (*keep, "end_s")})
+        return {name: rows[name] for name in (*fields, "end_s")}
+
+    def _intervals(self, t_end: float, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
         data = self._rows()
         job_all = data[:, 1].astype(np.int64)
         order = np.argsort(job_all, kind="stable")  # entries are appended in time order
@@ -352,9 +367,11 @@ class AllocationLog:
         entries = np.bincount(job, minlength=num_jobs)
         first = np.searchsorted(job, np.arange(num_jobs))  # rows are sorted by job
         single = entries == 1
-        # One string object per distinct count, not one per job.
-        values, which = np.unique(gpus[first[single]], return_inverse=True)
-        counts[single] = np.asarray([str(v) for v in values.tolist()], dtype=object)[which]
+        # One string object per distinct count, not one per job (GPU counts are small: a table of them).
+        alone = gpus[first[single]]
+        top = int(alone.max()) if alone.size else 0
+        counts[single] = np.asarray([str(v) for v in range(top + 1)], dtype=object)[alone]
+        del alone
         for j in np.flatnonzero(entries > 1).tolist():
             seq = gpus[first[j] : first[j] + entries[j]].tolist()
             counts[j] = ">".join(str(c) for i, c in enumerate(seq) if i == 0 or c != seq[i - 1])

@@ -180,7 +180,12 @@ class EnergyLedger(Observer):
         """The allocation log's holding intervals (job order, then time: start ``time_s``, ``end_s``, ``load``,
         ``computing``) and their node shares in order (share ids and each one's interval), and the GPU width."""
         width = max(sim.spec.max_gpus_per_node, 1)
-        rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load", "phase"))
+        # What the job table reads after the run (AllocationLog.job_stats) is kept from the same sort of the log.
+        rows = sim.log.intervals(
+            self.t_end,
+            fields=("time_s", "alloc", "load", "phase"),
+            keep=("time_s", "job", "alloc", "setting"),
+        )
         cols = sim.log.placement_columns()
         alloc = rows.pop("alloc")
         rows["computing"] = rows.pop("phase") == PHASE_RUNNING

@@ -356,6 +356,7 @@ class Simulator:
         "ckpt_done",
         "last_alloc",
         "ckpt_interval",
+        "_priority",
     )
 
     def release_working_state(self) -> None:
