@@ -136,6 +136,9 @@ class PlacementList:
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as a list
 
+    def __repr__(self) -> str:
+        return repr(list(self))
+
 
 class AllocationLog:
     def __init__(self) -> None:
@@ -209,12 +212,12 @@ class AllocationLog:
             return own
         if not added:
             return compiled
-        shares, gpus = len(compiled.share_node), len(compiled.gpu_slot)
+        n_shares, n_gpus = len(compiled.share_node), len(compiled.gpu_slot)
         return PlacementColumns(
-            np.concatenate([compiled.share_start, own.share_start[1:] + shares]),
+            np.concatenate([compiled.share_start, own.share_start[1:] + n_shares]),
             np.concatenate([compiled.share_node, own.share_node]),
             np.concatenate([compiled.share_cpu, own.share_cpu]),
-            np.concatenate([compiled.gpu_start, own.gpu_start[1:] + gpus]),
+            np.concatenate([compiled.gpu_start, own.gpu_start[1:] + n_gpus]),
             np.concatenate([compiled.gpu_slot, own.gpu_slot]),
         )
 
