@@ -59,6 +59,21 @@ class PlacementColumns:
         return per_alloc
 
 
+# The fields AllocationLog.job_stats reads from the holding intervals.
+JOB_STAT_FIELDS = ("time_s", "job", "alloc", "setting")
+
+
+def last_held(rows: dict[str, np.ndarray], num_jobs: int) -> np.ndarray:
+    """The last allocation each job held (NO_ALLOC if none), from holding intervals (AllocationLog.intervals:
+    ordered by job, then time), as AllocationLog.last_allocs finds it in the entries."""
+    job, alloc = rows["job"], rows["alloc"]
+    last = np.full(num_jobs, NO_ALLOC, dtype=np.int64)
+    if len(job):
+        closing = np.r_[job[1:] != job[:-1], True]
+        last[job[closing]] = alloc[closing]
+    return last
+
+
 class PlacementList:
     """Every allocation's placement by id, as a list of them reads: those of the compiled loop are kept as columns
     and a placement's tuples are made when it is read (10^6 allocations as tuples take ~250 MB), those added one
@@ -167,6 +182,12 @@ class AllocationLog:
         if len(self):
             raise RuntimeError("adopted rows come first")
         self._adopted = rows
+
+    def drop_entries(self) -> None:
+        """Let go of the entries (10^6 jobs: ~130 MB) once nothing reads them again; placements, settings and
+        intervals kept for a later call stay."""
+        self._flat = array("d")
+        self._adopted = None
 
     def _rows(self) -> np.ndarray:
         """Every entry as a row of FIELDS, in append order."""
@@ -345,10 +366,14 @@ class AllocationLog:
             out[i] = ";".join(share_text[cols.share_start[a] : cols.share_start[a + 1]].tolist())
         return out
 
-    def job_stats(self, num_jobs: int, t_end: float) -> dict[str, np.ndarray]:
+    def job_stats(
+        self, num_jobs: int, t_end: float, rows: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Per job, over the time it held GPUs: time-weighted mean GPU count, SM-clock and power-limit
-        fractions, and the sequence of distinct GPU counts it held (e.g. "2>4>2")."""
-        rows = self.intervals(t_end, fields=("time_s", "job", "alloc", "setting"))
+        fractions, and the sequence of distinct GPU counts it held (e.g. "2>4>2"). `rows`: the intervals
+        (``intervals(t_end, JOB_STAT_FIELDS)``) where already made."""
+        if rows is None:
+            rows = self.intervals(t_end, fields=JOB_STAT_FIELDS)
         dt = rows["end_s"] - rows["time_s"]
         job = rows["job"]
         gpus = self.placement_columns().gpus_per_alloc()[rows["alloc"]]

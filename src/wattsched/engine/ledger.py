@@ -36,7 +36,7 @@ import numpy as np
 
 from ..core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
-from .alloc_log import PlacementColumns, ragged_ranges
+from .alloc_log import JOB_STAT_FIELDS, PlacementColumns, ragged_ranges
 from .observers import Observer
 from .power import NodePower, Transition
 from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
@@ -184,7 +184,7 @@ class EnergyLedger(Observer):
         rows = sim.log.intervals(
             self.t_end,
             fields=("time_s", "alloc", "load", "phase"),
-            keep=("time_s", "job", "alloc", "setting"),
+            keep=JOB_STAT_FIELDS,
         )
         cols = sim.log.placement_columns()
         alloc = rows.pop("alloc")
@@ -263,10 +263,17 @@ class EnergyLedger(Observer):
         n = len(seg_w)
         ends = order >= n
         np.subtract(order, n, out=order, where=ends)
+        if n < 2**31:  # half the memory of the step-length index for the three sums below
+            order = order.astype(np.int32)
         self._step = {"power_w": _cumulative(seg_w, order, ends, last)}
         del seg_w
-        self._step["gpu_w"] = _cumulative(np.concatenate([gpu_idle_w, g_excess]), order, ends, last)
-        self._step["cpu_w"] = _cumulative(np.concatenate([cpu_w, np.zeros(len(g_excess))]), order, ends, last)
+        gpu_w = np.concatenate([gpu_idle_w, g_excess])
+        del gpu_idle_w
+        self._step["gpu_w"] = _cumulative(gpu_w, order, ends, last)
+        gpu_w[: len(cpu_w)] = cpu_w  # the CPU column: node segments' CPU draw, nothing on GPU segments
+        gpu_w[len(cpu_w) :] = 0.0
+        del cpu_w, g_excess
+        self._step["cpu_w"] = _cumulative(gpu_w, order, ends, last)
 
     def _gpu_segments(
         self,
