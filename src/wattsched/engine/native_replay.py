@@ -120,7 +120,6 @@ class _Replay(ctypes.Structure):
         ("mem_mib", _PI),
         ("mask_id", _PI),
         ("gang", _PU8),
-        ("work", _PF),
         ("rate_tab", _PF),
         ("load_tab", _PF),
         ("node_masks", _PU8),
@@ -245,7 +244,6 @@ class CompiledReplay:
         never_fits = np.ascontiguousarray(book.never_fits, dtype=np.uint8)
         gang = np.ascontiguousarray(book.gang, dtype=np.uint8)
         priority = np.ascontiguousarray(sim._priority, dtype=np.float64)
-        work = np.ascontiguousarray(sim.remaining, dtype=np.float64)
         node_masks = np.ascontiguousarray(book.node_mask_by_spec, dtype=np.uint8)
         node_code = np.ascontiguousarray(spec.gpu_model_code, dtype=np.int64)
         rank = np.ascontiguousarray(self.plan["rank"], dtype=np.int64)
@@ -304,7 +302,6 @@ class CompiledReplay:
             mem_mib=_ptr(mem_mib),
             mask_id=_ptr(mask_id),
             gang=_ptr(gang),
-            work=_ptr(work),
             rate_tab=_ptr(rate_tab),
             load_tab=_ptr(load_tab),
             node_masks=_ptr(node_masks),

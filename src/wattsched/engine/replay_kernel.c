@@ -52,7 +52,7 @@ typedef struct {
     const double *priority;
     const int64_t *num_gpu, *gpu_milli, *cpu_milli, *mem_mib, *mask_id; /* mask_id -1: any node */
     const uint8_t *gang;
-    const double *work, *rate_tab, *load_tab; /* tables [job, code + 1] */
+    const double *rate_tab, *load_tab; /* tables [job, code + 1] */
     /* cluster */
     const uint8_t *node_masks; /* [masks, nodes] */
     const int64_t *node_code, *rank;
