@@ -1,11 +1,14 @@
 """The compiled event loop (engine/native_replay.py, replay_kernel.c) against the Python loop: the same simulator
 state afterwards and the same run directory, on random workloads with gangs, GPU-model constraints, CPU-only and
-never-fitting jobs and equal submission times, for every queue and placement the compiled loop covers; and the
-runs it must leave to the Python loop."""
+never-fitting jobs, shared-GPU pods and equal submission times, for every queue and placement the compiled loop
+covers; the kernel's emulation of Python's set order; and the runs it must leave to the Python loop."""
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import json
+import random
 
 import numpy as np
 import pytest
@@ -73,9 +76,10 @@ def compiled(tmp_path_factory):
     kernels._loaded.clear()
 
 
-def random_jobs(seed: int, n: int = 300):
+def random_jobs(seed: int, n: int = 300, shared: float = 0.0, span: int = 4000):
+    """Random jobs; `shared`: the fraction of one-GPU jobs that are shared pods (100..900 milli)."""
     rng = np.random.default_rng(seed)
-    submit = np.sort(rng.integers(0, 4000, n)).astype(float)
+    submit = np.sort(rng.integers(0, span, n)).astype(float)
     submit[rng.random(n) < 0.2] = 1000.0  # a burst of equal submission times
     rows = []
     for i in range(n):
@@ -89,6 +93,11 @@ def random_jobs(seed: int, n: int = 300):
                 "spec": str(rng.choice(["", "", "", "V100", "T4", "A100|V100", "H100"])),
             }
         )
+        if rows[-1]["gpus"] == 1 and rng.random() < shared:  # small pods, so that many share GPUs
+            milli = int(rng.choice([100, 250, 300, 500, 750, 900]))
+            rows[-1].update(
+                milli=milli, cpu=int(rng.choice([0, 2000])), mem=0, spec=str(rng.choice(["", "V100"]))
+            )
     return make_jobs(rows)
 
 
@@ -106,7 +115,7 @@ def watch_compiled(monkeypatch) -> list[bool]:
     return used
 
 
-def simulate(jobs, queue, placement, native, monkeypatch, power=True):
+def simulate(jobs, queue, placement, native, monkeypatch, power=True, interference=0.0):
     monkeypatch.setenv("WATTSCHED_NATIVE", "1" if native else "0")
     used = watch_compiled(monkeypatch)
     recorder = TimeSeriesRecorder()
@@ -121,6 +130,9 @@ def simulate(jobs, queue, placement, native, monkeypatch, power=True):
         check_invariants=False,
         power=node_power,
     )
+    # Catalog loads of shared pods add up to at most one GPU, so plain time-slicing never slows them:
+    # interference makes every change of co-runners re-rate the others.
+    sim.perf.sharing = dataclasses.replace(sim.perf.sharing, interference=interference)
     sim.run()
     return sim, recorder, used == [True]
 
@@ -134,8 +146,8 @@ def assert_same_state(a, b, rec_a, rec_b):
         )
     for name in ("allocated_milli", "nodes_busy", "release_epoch"):
         assert getattr(a.state, name) == getattr(b.state, name), name
-    assert bytes(a.log._flat) == bytes(b.log._flat)
-    assert a.log.placements == b.log.placements
+    assert a.log._rows().tobytes() == b.log._rows().tobytes()
+    assert list(a.log.placements) == list(b.log.placements)
     shares_a = [s for p in a.log.placements for s in p]
     shares_b = [s for p in b.log.placements for s in p]
     assert [type(s) for s in shares_a] == [type(s) for s in shares_b]
@@ -145,7 +157,7 @@ def assert_same_state(a, b, rec_a, rec_b):
     for name in ("now", "_last_start", "_released", "_seq", "running_changes", "_next_arrival"):
         assert getattr(a, name) == getattr(b, name), name
     assert not a.running and not b.running and not a._heap and not b._heap
-    assert bytes(rec_a.series._flat) == bytes(rec_b.series._flat)
+    assert rec_a.series.rows().tobytes() == rec_b.series.rows().tobytes()
     assert (rec_a.allocated_gpu_seconds, rec_a.last_time) == (rec_b.allocated_gpu_seconds, rec_b.last_time)
     if a.power is not None:
         np.testing.assert_array_equal(a.power.idle_since, b.power.idle_since, strict=True)
@@ -160,6 +172,54 @@ def test_compiled_loop_leaves_the_simulator_as_the_python_loop(queue, placement,
     c, rec_c, used_c = simulate(jobs, queue, placement, True, monkeypatch)
     assert used_c and not used_py
     assert_same_state(py, c, rec_py, rec_c)
+
+
+@pytest.mark.parametrize("queue", QUEUES)
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_compiled_loop_with_shared_gpus(queue, placement, monkeypatch):
+    # Many shared pods in bursts: co-runners are re-rated on every start and finish on their GPU.
+    jobs = random_jobs(seed=len(queue) * 7 + len(placement), n=400, shared=0.8, span=800)
+    assert ((jobs.gpu_milli > 0) & (jobs.gpu_milli < 1000)).sum() > 50
+    py, rec_py, used_py = simulate(jobs, queue, placement, False, monkeypatch, interference=0.4)
+    c, rec_c, used_c = simulate(jobs, queue, placement, True, monkeypatch, interference=0.4)
+    assert used_c and not used_py
+    held = py.log.columns()["alloc"] >= 0
+    assert held.sum() - len(np.unique(py.log.columns()["job"][held])) >= 10  # co-runners re-rated
+    assert_same_state(py, c, rec_py, rec_c)
+
+
+def test_equal_completion_times_of_co_runners(monkeypatch):
+    # Identical pods started together on one GPU finish at the same instant: their completion order (heap push
+    # order, which follows Python's set order when co-runners are re-rated) decides every later rate.
+    rows = [{"submit": 0.0, "gpus": 1, "milli": 250, "duration": 600.0} for _ in range(12)]
+    rows += [
+        {"submit": float(t), "gpus": 1, "milli": 500, "duration": 300.0} for t in (100, 100, 700, 700, 701)
+    ]
+    jobs = make_jobs(rows)
+    for interference in (0.0, 0.25):
+        py, rec_py, _ = simulate(jobs, "fifo", "best-fit", False, monkeypatch, interference=interference)
+        c, rec_c, used = simulate(jobs, "fifo", "best-fit", True, monkeypatch, interference=interference)
+        assert used
+        assert_same_state(py, c, rec_py, rec_c)
+        assert len(np.unique(c.end_s)) < len(jobs)
+
+
+def test_set_order_matches_python():
+    lib = kernels.load("replay_kernel")
+    lib.ws_set_order.restype = ctypes.c_int64
+    rng = random.Random(3)
+    for _ in range(20_000):
+        items = [rng.randrange(rng.choice([16, 100, 10**6, 2**40])) for _ in range(rng.randint(0, 30))]
+        expected = set()
+        expected.update(items)  # as Simulator._sharers_of builds it
+        data = np.array(items, dtype=np.int64)
+        out = np.zeros(len(items) + 1, dtype=np.int64)
+        m = lib.ws_set_order(
+            data.ctypes.data_as(ctypes.c_void_p),
+            ctypes.c_int64(len(items)),
+            out.ctypes.data_as(ctypes.c_void_p),
+        )
+        assert out[:m].tolist() == list(expected), items
 
 
 def test_without_node_power(monkeypatch):
@@ -179,15 +239,18 @@ def run_dir(tmp_path, name, native, monkeypatch, **settings):
     return out
 
 
-@pytest.mark.parametrize(("queue", "placement"), [("fifo", "best-fit"), ("arrival-greedy", "first-fit")])
-def test_run_directory_is_byte_identical(tmp_path, monkeypatch, queue, placement):
+@pytest.mark.parametrize(
+    ("queue", "placement", "share_fraction"),
+    [("fifo", "best-fit", 0.0), ("arrival-greedy", "first-fit", 0.0), ("fifo", "best-fit", 0.6)],
+)
+def test_run_directory_is_byte_identical(tmp_path, monkeypatch, queue, placement, share_fraction):
     from tests.golden.test_golden import HERE
 
     settings = {
         "workload": {
             "name": "synthetic",
             "skip_invalid": True,
-            "synthetic": {"num_jobs": 400, "share_fraction": 0.0},
+            "synthetic": {"num_jobs": 400, "share_fraction": share_fraction},
         },
         "cluster": str(HERE / "cluster.yaml"),
         "queue": queue,
@@ -221,7 +284,13 @@ def test_runs_the_compiled_loop_does_not_mirror_stay_in_python(monkeypatch):
     assert _prepared(whole, check_invariants=False) is not None
     assert _prepared(whole, check_invariants=True) is None  # invariants are checked by the Python loop
     shared = make_jobs([{"submit": 0, "gpus": 1, "milli": 500}])
-    assert _prepared(shared, check_invariants=False) is None
+    assert _prepared(shared, check_invariants=False) is not None  # time-slicing, loads add up
+    noisy = make_sim(shared, CLUSTER, "fifo", "best-fit", check_invariants=False)
+    noisy.perf.sharing_noise = 0.1  # seeded per co-runner set in Python
+    assert native_replay.compiled_replay(noisy) is None
+    checkpointed = make_sim(shared, CLUSTER, "fifo", "best-fit", check_invariants=False)
+    checkpointed.ckpt_interval[:] = 60.0  # a re-rated job would settle its checkpoints
+    assert native_replay.compiled_replay(checkpointed) is None
     assert _prepared(whole, placement="gpu-packing", check_invariants=False) is None
     sim = make_sim(whole, CLUSTER, "backfill", "best-fit", check_invariants=False)
     assert native_replay.compiled_replay(sim) is None

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..core.states import BOOTING, OFF, ON, PHASE_RUNNING, SHUTTING_DOWN
 from ..energy.power_models import PowerModel
-from .alloc_log import ragged_ranges
+from .alloc_log import JOB_STAT_FIELDS, PlacementColumns, ragged_ranges
 from .observers import Observer
 from .power import NodePower, Transition
 from .tail import J_PER_KWH, TAIL_COMPONENTS, PowerTail
@@ -58,10 +58,25 @@ COMPONENTS = (
 
 def _segments_of(sorted_keys: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices k of events that open a segment [times[k], times[k+1]) of positive length within one key."""
-    same = sorted_keys[:-1] == sorted_keys[1:]
-    dt = np.where(same, times[1:] - times[:-1], 0.0)
+    dt = times[1:] - times[:-1]
+    dt[sorted_keys[:-1] != sorted_keys[1:]] = 0.0  # across keys: no segment
     k = np.flatnonzero(dt > 0)
     return k, dt[k]
+
+
+def _cumulative(
+    w: np.ndarray, which: np.ndarray, ends: np.ndarray, last: np.ndarray | None = None
+) -> np.ndarray:
+    """The running sum over steps of +w[which] (a segment's start) or -w[which] where `ends` (its end), at
+    positions `last` (all if None): the same sums as ``cumsum(concatenate([w, -w])[order])``, in the dtype of
+    `w`, made in one step-length array."""
+    steps = w.take(which)
+    np.negative(steps, out=steps, where=ends)
+    np.cumsum(steps, out=steps)
+    if last is None:
+        return steps
+    out: np.ndarray = steps[last]
+    return out
 
 
 class EnergyLedger(Observer):
@@ -161,44 +176,54 @@ class EnergyLedger(Observer):
         )
 
     # --- building the segments ------------------------------------------------------------------------------
-    def _allocations(
-        self, sim: Simulator
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-        """Flatten the allocation log into per-node and per-GPU holding intervals (job order, then time):
-        (node rows [interval, node, cpu], GPU rows [interval, flat GPU], start, end, load, computing, GPU width)."""
+    def _allocations(self, sim: Simulator) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, int]:
+        """The allocation log's holding intervals (job order, then time: start ``time_s``, ``end_s``, ``load``,
+        ``computing``) and their node shares in order (share ids and each one's interval), and the GPU width."""
         width = max(sim.spec.max_gpus_per_node, 1)
-        rows = sim.log.intervals(self.t_end, fields=("time_s", "alloc", "load", "phase"))
+        # What the job table reads after the run (AllocationLog.job_stats) is kept from the same sort of the log.
+        rows = sim.log.intervals(
+            self.t_end,
+            fields=("time_s", "alloc", "load", "phase"),
+            keep=JOB_STAT_FIELDS,
+        )
         cols = sim.log.placement_columns()
-        # Rows in the order of interval, then share, then GPU: each interval's shares, each share's GPUs.
-        alloc = rows["alloc"]
+        alloc = rows.pop("alloc")
+        rows["computing"] = rows.pop("phase") == PHASE_RUNNING
         per_interval = cols.share_start[alloc + 1] - cols.share_start[alloc]
         share = ragged_ranges(cols.share_start[alloc], per_interval)
-        node_iv = np.repeat(np.arange(len(alloc), dtype=np.int64), per_interval)
-        node_id = cols.share_node[share]
-        per_share = cols.gpu_start[share + 1] - cols.gpu_start[share]
-        gpu_slot = cols.gpu_slot[ragged_ranges(cols.gpu_start[share], per_share)]
-        nodes = np.stack([node_iv, node_id, cols.share_cpu[share]], axis=1)
-        gpus = np.stack(
-            [np.repeat(node_iv, per_share), np.repeat(node_id, per_share) * width + gpu_slot], axis=1
-        )
-        computing = rows["phase"] == PHASE_RUNNING
-        times = rows["time_s"], rows["end_s"]
-        return nodes.reshape(-1, 3), gpus.reshape(-1, 2), *times, rows["load"], computing, width
+        share_iv = np.repeat(np.arange(len(alloc), dtype=np.int64), per_interval)
+        return rows, share, share_iv, width
 
     def _integrate(self, sim: Simulator) -> None:
-        nodes, gpus, start, end, load, computing, width = self._allocations(sim)
-        # Each pass returns only its segments; its event arrays are freed on return (10^6 jobs: ~10^7 events).
-        g_t0, g_dt, g_node, g_draw_w, g_held_w, g_computing = self._gpu_segments(
-            gpus, start, end, load, computing, width
+        rows, share, share_iv, width = self._allocations(sim)
+        cols = sim.log.placement_columns()
+        start, end = rows["time_s"], rows["end_s"]
+        # Each pass makes its own event arrays from the shares and returns only its segments (10^6 jobs: ~10^7
+        # events): the node pass first, its segments being the fewer.
+        n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(
+            sim, share_iv, cols.share_node[share], cols.share_cpu[share], start, end
         )
-        n_t0, n_dt, n_node, n_state, n_alloc = self._node_segments(sim, nodes, start, end)
-        del nodes, gpus
+        g_t0, g_dt, g_node, g_draw_w, g_held_w, g_computing = self._gpu_segments(
+            cols, share, share_iv, start, end, rows["load"], rows["computing"], width
+        )
+        del rows, share, share_iv, start, end
         model, spec = self.model, sim.spec
-        g_idle = model.gpu_idle_w[g_node]
-        g_excess = g_draw_w - g_idle
+        # Each segment-length array is made when its sum is taken and let go after (10^6 jobs: ~40 MB each).
+        e = self._energy
         # A GPU only held keeps its bare idle in gpu_idle; a computing one moves all of its draw to gpu_active.
         g_active_w = np.where(g_computing, g_draw_w - g_held_w, 0.0)
+        e[0] = float(g_active_w @ g_dt)
+        del g_active_w
+        e[1] = float(g_held_w @ g_dt)
+        del g_held_w
+        g_idle = model.gpu_idle_w[g_node]
+        del g_node
         g_idle_out = np.where(g_computing, g_idle, 0.0)
+        del g_computing
+        gpu_idle_out = float(g_idle_out @ g_dt)
+        del g_idle_out
+        g_excess = g_draw_w - g_idle
+        del g_draw_w, g_idle
         on = n_state == ON
         moving = (n_state == BOOTING) | (n_state == SHUTTING_DOWN)
         gpu_idle_w = np.where(on, model.gpu_idle_w[n_node] * model.gpu_count[n_node], 0.0)
@@ -206,11 +231,9 @@ class EnergyLedger(Observer):
         base_w = np.where(on, self.node_base_w, 0.0)
         trans_w = np.where(moving, model.node_idle_w(n_node) + self.node_base_w, 0.0)
         trans_w += np.where(n_state == OFF, self.off_power_w, 0.0)
+        del on, moving, n_state, n_alloc, n_node
 
-        e = self._energy
-        e[0] = float(g_active_w @ g_dt)
-        e[1] = float(g_held_w @ g_dt)
-        e[2] = float(gpu_idle_w @ n_dt) - float(g_idle_out @ g_dt)
+        e[2] = float(gpu_idle_w @ n_dt) - gpu_idle_out
         e[3] = float(cpu_w @ n_dt)
         e[4] = float(base_w @ n_dt)
         e[5] = float(trans_w @ n_dt)
@@ -218,8 +241,11 @@ class EnergyLedger(Observer):
 
         # The cluster's power over time: every segment as +w at its start and -w at its end.
         seg_t0 = np.concatenate([n_t0, g_t0])
+        del n_t0, g_t0
         seg_t1 = seg_t0 + np.concatenate([n_dt, g_dt])
+        del n_dt, g_dt
         seg_w = np.concatenate([gpu_idle_w + cpu_w + base_w + trans_w, g_excess]) * self.pue
+        del base_w, trans_w
         if self.price is not None:
             self.cost_usd = float(np.sum(self.price.cost_usd(seg_w, seg_t0, seg_t1)))
         if self.carbon is not None:
@@ -227,18 +253,33 @@ class EnergyLedger(Observer):
         times = np.concatenate([seg_t0, seg_t1])
         del seg_t0, seg_t1
         order = np.argsort(times, kind="stable")
-        self._step_t = times[order]
+        times.sort(kind="stable")  # = times[order], without a second array
+        # Only the value after the last step at each time is ever read (series_at, the peak): those alone are
+        # kept, made one column at a time (10^6 jobs: ~10^7 steps a column).
+        last = np.flatnonzero(np.r_[times[1:] != times[:-1], True]) if times.size else np.zeros(0, np.int64)
+        self._step_t = times[last]
         del times
-        columns = {
-            "power_w": seg_w,
-            "gpu_w": np.concatenate([gpu_idle_w, g_excess]),
-            "cpu_w": np.concatenate([cpu_w, np.zeros(len(g_excess))]),
-        }
-        self._step = {name: np.cumsum(np.concatenate([w, -w])[order]) for name, w in columns.items()}
+        # Step k adds +w[order[k]] (a start) or -w[order[k] - n] (an end).
+        n = len(seg_w)
+        ends = order >= n
+        np.subtract(order, n, out=order, where=ends)
+        if n < 2**31:  # half the memory of the step-length index for the three sums below
+            order = order.astype(np.int32)
+        self._step = {"power_w": _cumulative(seg_w, order, ends, last)}
+        del seg_w
+        gpu_w = np.concatenate([gpu_idle_w, g_excess])
+        del gpu_idle_w
+        self._step["gpu_w"] = _cumulative(gpu_w, order, ends, last)
+        gpu_w[: len(cpu_w)] = cpu_w  # the CPU column: node segments' CPU draw, nothing on GPU segments
+        gpu_w[len(cpu_w) :] = 0.0
+        del cpu_w, g_excess
+        self._step["cpu_w"] = _cumulative(gpu_w, order, ends, last)
 
     def _gpu_segments(
         self,
-        gpus: np.ndarray,
+        cols: PlacementColumns,
+        share: np.ndarray,
+        share_iv: np.ndarray,
         start: np.ndarray,
         end: np.ndarray,
         load: np.ndarray,
@@ -248,35 +289,63 @@ class EnergyLedger(Observer):
         """GPU segments while a GPU holds a job: where an interval starts, events +load (computing only) and +1
         computing or +1 held job; the opposite at its end. Returns (t0, dt, node, draw W, held excess W,
         computing) per segment."""
-        g_job, g_id = gpus[:, 0], gpus[:, 1]
+        # One row per interval and GPU, in the order of interval, then share, then GPU.
+        per_share = cols.gpu_start[share + 1] - cols.gpu_start[share]
+        g_id = np.repeat(cols.share_node[share], per_share) * width
+        g_id += cols.gpu_slot[ragged_ranges(cols.gpu_start[share], per_share)]
+        g_job = np.repeat(share_iv, per_share)
+        del per_share
+        rows = len(g_job)
         t = np.concatenate([start[g_job], end[g_job]])
-        gid = np.concatenate([g_id, g_id])
+        gid = np.empty(2 * rows, dtype=np.int32)  # GPU ids fit in 32 bits: half the memory of the event array
+        gid[:rows] = g_id
+        gid[rows:] = g_id
+        del g_id
         order = np.lexsort((t, gid))
-        t, gid = t[order], gid[order]
+        t = t[order]
+        gid.sort(kind="stable")  # = gid[order]: the GPU ids in order
+        # Event k is the start of interval row order[k], or the end of row order[k] - rows where `ends`.
+        ends = order >= rows
+        np.subtract(order, rows, out=order, where=ends)
         on = computing[g_job]
-        run_load = np.where(on, load[g_job], 0.0)
-        cum_load = np.cumsum(np.concatenate([run_load, -run_load])[order])
+        # Job counts on a GPU: int32 is exact and halves these two event-length arrays.
         step = on.astype(np.int32)
-        cum_computing = np.cumsum(np.concatenate([step, -step])[order])
-        step = 1 - step
-        cum_held = np.cumsum(np.concatenate([step, -step])[order])
-        del order, step, run_load, on
-        k, dt = _segments_of(gid, t)
-        busy = (cum_computing[k] > 0) | (cum_held[k] > 0)
-        k, dt = k[busy], dt[busy]
-        node = gid[k] // width
-        computing_now = cum_computing[k] > 0
-        draw, held = self.model.gpu_state_w(
-            np.maximum(cum_load[k], 0.0), computing_now, cum_held[k] > 0, node
-        )
-        return t[k], dt, node, draw, held, computing_now
+        computing_after = _cumulative(step, order, ends) > 0  # after each event, some job on the GPU computes
+        held_after = _cumulative(1 - step, order, ends) > 0  # some job holds it without computing
+        del step
+        cum_load = _cumulative(np.where(on, load[g_job], 0.0), order, ends)
+        del order, ends, on
+        # Segments [t[k], t[k + 1]) of positive length on one GPU that holds a job.
+        keep = gid[:-1] == gid[1:]
+        keep &= t[1:] > t[:-1]
+        keep &= computing_after[:-1] | held_after[:-1]
+        k = np.flatnonzero(keep)
+        del keep
+        t0 = t[k]
+        dt = t[k + 1] - t0
+        del t
+        node = (gid[k] // width).astype(np.int64)
+        del gid
+        computing_now = computing_after[k]
+        held_now = held_after[k]
+        del computing_after, held_after
+        load_now = np.maximum(cum_load[k], 0.0)
+        del cum_load, k
+        draw, held = self.model.gpu_state_w(load_now, computing_now, held_now, node)
+        return t0, dt, node, draw, held, computing_now
 
     def _node_segments(
-        self, sim: Simulator, nodes: np.ndarray, start: np.ndarray, end: np.ndarray
+        self,
+        sim: Simulator,
+        a_job: np.ndarray,
+        a_node: np.ndarray,
+        a_cpu: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Node segments: initial ON state, CPU deltas, power-state transitions and a closing event, per node."""
+        """Node segments: initial ON state, CPU deltas, power-state transitions and a closing event, per node.
+        `a_job`, `a_node`, `a_cpu`: each node share's interval, node and milli-CPU."""
         n = sim.spec.num_nodes
-        a_job, a_node, a_cpu = nodes[:, 0], nodes[:, 1], nodes[:, 2]
         trans = np.array(self.controller.transitions if self.controller else [], dtype=np.float64)
         trans = trans.reshape(-1, 4)  # time, node, new state, old state
         all_nodes = np.arange(n)
@@ -286,9 +355,16 @@ class EnergyLedger(Observer):
         ev_node = np.concatenate([all_nodes, a_node, a_node, trans[:, 1].astype(np.int64), all_nodes])
         ev_cpu = np.concatenate([np.zeros(n), a_cpu, -a_cpu, np.zeros(len(trans)), np.zeros(n)])
         ev_state = np.concatenate(
-            [np.full(n, ON), np.full(2 * len(a_job), -1), trans[:, 2].astype(np.int64), np.full(n, -1)]
+            [
+                np.full(n, ON, dtype=np.int8),
+                np.full(2 * len(a_job), -1, dtype=np.int8),
+                trans[:, 2].astype(np.int8),
+                np.full(n, -1, dtype=np.int8),
+            ]
         )
-        ev_kind = np.concatenate([np.zeros(n), np.ones(2 * len(a_job) + len(trans)), np.full(n, 2)])
+        ev_kind = np.concatenate(
+            [np.zeros(n, np.int8), np.ones(2 * len(a_job) + len(trans), np.int8), np.full(n, 2, np.int8)]
+        )
         order = np.lexsort((ev_kind, ev_t, ev_node))
         ev_t, ev_node, ev_state = ev_t[order], ev_node[order], ev_state[order]
         alloc = np.cumsum(ev_cpu[order])

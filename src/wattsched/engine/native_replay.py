@@ -13,7 +13,8 @@ It applies when:
 * no invariant checks, nothing scheduled before the first event, every node on, and a power manager (if any)
   that neither reacts to starts and idle nodes nor runs timers (always-on);
 * observers that only watch the start and the end of the run, besides the time-series recorder;
-* every job that can run takes whole GPUs (or none): no shared GPUs, no fixed GPUs per node;
+* every job that can run takes whole GPUs (or none), or is a one-GPU shared pod under the plain time-slicing
+  sharing model (``_sharing_mirrored``); no fixed GPUs per node;
 * job speeds that depend only on the GPU type (no throughput tables, no measured profiles).
 
 Anything else runs the Python loop.
@@ -22,17 +23,14 @@ Anything else runs the Python loop.
 from __future__ import annotations
 
 import ctypes
-import gc
 import math
-from array import array
-from itertools import pairwise
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sortedcontainers import SortedList
 
 from ..core.cluster import MILLI
-from ..core.placement import NodeShare, Placement
 from ..core.settings import DEFAULT_SETTING
 from ..core.states import (
     ON,
@@ -44,6 +42,7 @@ from ..core.states import (
     STATUS_RUNNING,
     STATUS_UNSCHEDULABLE,
 )
+from ..perf.colocation import SharingModel
 from ..policies.contract import ARRIVED, LEFT, RELEASED, TAKEN, PowerManager
 from . import kernels
 from .alloc_log import PlacementColumns
@@ -121,7 +120,6 @@ class _Replay(ctypes.Structure):
         ("mem_mib", _PI),
         ("mask_id", _PI),
         ("gang", _PU8),
-        ("work", _PF),
         ("rate_tab", _PF),
         ("load_tab", _PF),
         ("node_masks", _PU8),
@@ -150,6 +148,17 @@ class _Replay(ctypes.Structure):
         ("share_gpu_start", _PI),
         ("share_gpus", _PI),
         ("pending_out", _PI),
+        ("max_residents", _I64),
+        ("n_pushes", _I64),
+        ("log_cap", _I64),
+        ("interference", _F64),
+        ("busy_scale", _F64),
+        ("util", _PF),
+        ("version", _PI),
+        ("rate", _PF),
+        ("remaining", _PF),
+        ("last_update", _PF),
+        ("alloc_milli", _PI),
     ]
 
 
@@ -235,17 +244,21 @@ class CompiledReplay:
         never_fits = np.ascontiguousarray(book.never_fits, dtype=np.uint8)
         gang = np.ascontiguousarray(book.gang, dtype=np.uint8)
         priority = np.ascontiguousarray(sim._priority, dtype=np.float64)
-        work = np.ascontiguousarray(sim.remaining, dtype=np.float64)
         node_masks = np.ascontiguousarray(book.node_mask_by_spec, dtype=np.uint8)
         node_code = np.ascontiguousarray(spec.gpu_model_code, dtype=np.int64)
         rank = np.ascontiguousarray(self.plan["rank"], dtype=np.int64)
         available = np.ascontiguousarray(state.available, dtype=np.uint8)
         power = sim.power
         idle_since = power.idle_since if power is not None else np.zeros(num_nodes)
+        perf = sim.perf
+        shared = (num_gpu > 0) & (gpu_milli < MILLI) & ~book.never_fits
+        # A GPU holds at most MILLI // (smallest share) shared pods.
+        max_residents = MILLI // int(gpu_milli[shared].min()) if shared.any() else 0
+        util = np.ascontiguousarray(perf.job_load, dtype=np.float64)
         max_shares = int(np.where(book.gang, num_gpu, 1).sum()) + 1
         max_gpus = int(num_gpu.sum()) + 1  # GPUs of every start together
         alloc_of_job = np.full(n, -1, dtype=np.int64)
-        log = np.empty(2 * n * 8)
+        alloc_milli = np.zeros(n + 1, dtype=np.int64)
         series = np.empty((2 * n + 1) * 5 if self.recorder is not None else 5)
         alloc_share_start = np.zeros(n + 1, dtype=np.int64)
         share_node = np.zeros(max_shares, dtype=np.int64)
@@ -289,7 +302,6 @@ class CompiledReplay:
             mem_mib=_ptr(mem_mib),
             mask_id=_ptr(mask_id),
             gang=_ptr(gang),
-            work=_ptr(work),
             rate_tab=_ptr(rate_tab),
             load_tab=_ptr(load_tab),
             node_masks=_ptr(node_masks),
@@ -309,7 +321,6 @@ class CompiledReplay:
             start_s=_ptr(sim.start_s),
             end_s=_ptr(sim.end_s),
             alloc_of_job=_ptr(alloc_of_job),
-            log=_ptr(log),
             series=_ptr(series),
             alloc_share_start=_ptr(alloc_share_start),
             share_node=_ptr(share_node),
@@ -318,13 +329,23 @@ class CompiledReplay:
             share_gpu_start=_ptr(share_gpu_start),
             share_gpus=_ptr(share_gpus),
             pending_out=_ptr(pending_out),
+            max_residents=max_residents,
+            interference=float(perf.sharing.interference),
+            busy_scale=float(perf.loads.busy_scale) if perf.loads is not None else 1.0,
+            util=_ptr(util),
+            version=_ptr(sim.version),
+            rate=_ptr(sim.rate),
+            remaining=_ptr(sim.remaining),
+            last_update=_ptr(sim.last_update),
+            alloc_milli=_ptr(alloc_milli),
         )
         error = self.lib.ws_replay(ctypes.byref(r), _I64(int(num_gpu.max(initial=0)) + 1))
+        log = _adopt_log(self.lib, r)
         if error == _ERR_MEMORY:
             raise MemoryError("compiled replay: out of memory")
-        self._write_back(r, alloc_of_job, log, series, priority)
+        self._write_back(r, alloc_of_job, alloc_milli, log, series)
         self._write_placements(
-            r, alloc_share_start, share_node, share_cpu, share_mem, share_gpu_start, share_gpus
+            r, alloc_milli, alloc_share_start, share_node, share_cpu, share_mem, share_gpu_start, share_gpus
         )
         sim._pending = SortedList(
             zip(
@@ -338,7 +359,12 @@ class CompiledReplay:
         return True
 
     def _write_back(
-        self, r: _Replay, alloc_of_job: np.ndarray, log: np.ndarray, series: np.ndarray, priority: np.ndarray
+        self,
+        r: _Replay,
+        alloc_of_job: np.ndarray,
+        alloc_milli: np.ndarray,
+        log: np.ndarray,
+        series: np.ndarray,
     ) -> None:
         """What the Python loop leaves in the simulator, from the kernel's results."""
         sim = self.sim
@@ -349,23 +375,20 @@ class CompiledReplay:
         sim._last_start = r.last_start
         sim._released = bool(r.released)
         sim._next_arrival = math.inf
-        sim._seq += r.n_allocs
+        sim._seq += r.n_pushes
         sim.running_changes += r.n_allocs + len(done)
         state.allocated_milli = int(r.allocated_milli)
         state.nodes_busy = int(r.nodes_busy)
         state.release_epoch = int(r.release_epoch)
-        # Per job, as Simulator.start, _begin_running, _finish and _give_back leave them.
-        sim.share[started] = MILLI
+        # Per job, as Simulator.start, _begin_running, _finish and _give_back leave them (the kernel keeps rate,
+        # remaining work, last update and version itself).
+        sim.share[started] = alloc_milli[alloc_of_job[started]]
         sim.last_alloc[started] = alloc_of_job[started]
         sim.hold_since[started] = sim.start_s[started]
-        sim.rate[started] = 0.0
         held = sim.end_s[done] - sim.start_s[done]
         sim.attained_gpu_s[done] += sim.jobs.num_gpu[done] * held
         sim.executed_s[done] += held
         sim.last_stop[done] = sim.end_s[done]
-        sim.remaining[done] = 0.0
-        sim.last_update[done] = sim.end_s[done]
-        sim.version[done] += 2
         counts = sim.changes.counts
         counts[ARRIVED] += int(r.arrivals)
         counts[TAKEN] += int(r.n_allocs)
@@ -373,18 +396,19 @@ class CompiledReplay:
         counts[RELEASED] += len(done)
         if r.decisions:
             sim.changes.decided()
-        sim.log._flat.extend(array("d", log[: r.n_log * 8].tobytes()))
+        sim.log.adopt_rows(log.reshape(-1, 8))
         if sim.power is not None:
             sim.power.watch._last_queue = int(r.n_pending)
         rec = self.recorder
         if rec is not None:
             rec.allocated_gpu_seconds = r.gpu_seconds
             rec.last_time = r.last_time
-            rec.series._flat.extend(array("d", series[: r.n_series * 5].tobytes()))
+            rec.series.adopt_rows(series[: r.n_series * 5].reshape(-1, 5))
 
     def _write_placements(
         self,
         r: _Replay,
+        alloc_milli: np.ndarray,
         alloc_share_start: np.ndarray,
         share_node: np.ndarray,
         share_cpu: np.ndarray,
@@ -392,7 +416,7 @@ class CompiledReplay:
         share_gpu_start: np.ndarray,
         share_gpus: np.ndarray,
     ) -> None:
-        """The allocation log's placements, one per start, as the placement policy returns them."""
+        """The allocation log's placements, one per start, as columns (their tuples are made when read)."""
         shares, allocs = int(r.n_shares), int(r.n_allocs)
         columns = PlacementColumns(
             alloc_share_start[: allocs + 1].copy(),
@@ -401,40 +425,39 @@ class CompiledReplay:
             share_gpu_start[: shares + 1].copy(),
             share_gpus[: r.n_gpus].copy(),
         )
-        # ~10^5 tuples at once: the cyclic garbage collector would scan the whole heap several times meanwhile,
-        # and tuples of ints never form cycles.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            placements = _placements(columns, share_mem[:shares], self.sim.state.gpu_left.shape[1])
-        finally:
-            if collecting:
-                gc.enable()
-        self.sim.log.add_compiled(placements, columns)
+        self.sim.log.add_compiled(columns, share_mem[:shares], alloc_milli[:allocs])
 
 
-def _placements(cols: PlacementColumns, share_mem: np.ndarray, width: int) -> list[Placement]:
-    """NodeShare tuples from placement columns; equal GPU sets share one tuple."""
-    if width <= 62:
-        # A share's GPU set as a bit mask (distinct slots: their sum is their union; int64 wraparound cancels).
-        cumulative = np.concatenate([[0], np.cumsum(np.left_shift(1, cols.gpu_slot))])
-        masks = cumulative[cols.gpu_start[1:]] - cumulative[cols.gpu_start[:-1]]
-        distinct, which = np.unique(masks, return_inverse=True)
-        sets = [tuple(g for g in range(width) if (m >> g) & 1) for m in distinct.tolist()]
-        gpu_sets = [sets[i] for i in which.tolist()]
-    else:
-        slots = cols.gpu_slot.tolist()
-        gpu_sets = [tuple(slots[a:b]) for a, b in pairwise(cols.gpu_start.tolist())]
-    new = tuple.__new__
-    node_shares = [
-        new(NodeShare, row)
-        for row in zip(
-            cols.share_node.tolist(), gpu_sets, cols.share_cpu.tolist(), share_mem.tolist(), strict=True
-        )
-    ]
-    if len(node_shares) == len(cols.share_start) - 1:
-        return [(s,) for s in node_shares]
-    return [tuple(node_shares[a:b]) for a, b in pairwise(cols.share_start.tolist())]
+def _adopt_log(lib: ctypes.CDLL, r: _Replay) -> np.ndarray:
+    """The kernel's log rows as an array that owns its buffer (freed with the kernel's allocator once no array
+    refers to it): 10^6 jobs write ~150 MB of rows, better not copied."""
+    address = ctypes.cast(r.log, ctypes.c_void_p).value
+    if not address:
+        return np.zeros(0)
+    buffer = (ctypes.c_double * max(int(r.n_log) * 8, 1)).from_address(address)
+    weakref.finalize(buffer, lib.ws_free, ctypes.c_void_p(address))
+    r.log = None
+    rows: np.ndarray = np.frombuffer(memoryview(buffer), dtype=np.float64)
+    return rows[: int(r.n_log) * 8]
+
+
+def _sharing_mirrored(sim: Simulator, shared: np.ndarray) -> bool:
+    """Whether the kernel's time-slicing reproduces the simulator's speeds and loads of these shared pods: the
+    plain sharing model (no measured one) whose loads add up, no sharing noise, no measured pairs or
+    utilisations, no GPU memory to check between co-runners, no checkpoints to settle."""
+    perf = sim.perf
+    sharing = perf.sharing
+    return (
+        type(sharing) is SharingModel
+        and sharing.power_overlap == 1.0
+        and perf.sharing_noise <= 0
+        and not perf.sources
+        and not perf._measured_util
+        and not perf._measured_load
+        and not (perf.memory[shared] > 0).any()
+        and not (sim.ckpt_interval[shared] > 0).any()
+        and sim.version.dtype == np.int64
+    )
 
 
 def compiled_replay(sim: Simulator) -> CompiledReplay | None:
@@ -475,9 +498,12 @@ def compiled_replay(sim: Simulator) -> CompiledReplay | None:
     if book.per_node is not None or perf.profiles is not None or perf.modelled.any():
         return None
     runs = ~book.never_fits
-    milli = jobs.gpu_milli[runs]
-    whole = np.where(jobs.num_gpu[runs] > 0, milli == MILLI, (milli == 0) | (milli == MILLI))
+    milli, ngpu = jobs.gpu_milli[runs], jobs.num_gpu[runs]
+    share = (ngpu == 1) & (milli > 0) & (milli < MILLI)
+    whole = np.where(ngpu > 0, (milli == MILLI) | share, (milli == 0) | (milli == MILLI))
     if not whole.all() or np.isnan(sim._priority).any() or not np.isfinite(jobs.submit_s).all():
+        return None
+    if share.any() and not _sharing_mirrored(sim, np.flatnonzero(runs)[share]):
         return None
     if not np.isfinite(sim.remaining[runs]).all():
         return None
@@ -493,6 +519,10 @@ def compiled_replay(sim: Simulator) -> CompiledReplay | None:
         sim.status,
         sim.start_s,
         sim.end_s,
+        sim.version,
+        sim.rate,
+        sim.remaining,
+        sim.last_update,
     ):
         return None
     if state.gpu_left.dtype != np.int64 or state.gpu_pod_kinds.shape[1] != state.gpu_left.shape[1] + 1:

@@ -20,14 +20,28 @@ class GrowableColumns:
     def __init__(self, names: tuple[str, ...]):
         self.names = names
         self._flat = array("d")
+        self._adopted: np.ndarray | None = None  # rows written by the compiled loop, before those of _flat
 
     def append(self, *values: float) -> None:
         self._flat.extend(values)
 
+    def adopt_rows(self, rows: np.ndarray) -> None:
+        """Rows written by the compiled loop, kept without a copy; only before any row is appended."""
+        if len(self._flat) or self._adopted is not None:
+            raise RuntimeError("adopted rows come first")
+        self._adopted = rows
+
+    def rows(self) -> np.ndarray:
+        """Every row, in append order: [rows, len(names)]."""
+        flat = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, len(self.names))
+        if self._adopted is None:
+            return flat
+        return self._adopted if not len(flat) else np.concatenate([self._adopted, flat])
+
     def frame(self) -> pd.DataFrame:
         import pandas as pd
 
-        data = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, len(self.names))
+        data = self.rows()
         return pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(self.names)})
 
 
@@ -55,8 +69,22 @@ class TimeSeriesRecorder(Observer):
             sim.now, state.allocated_milli / 1000.0, len(sim.running), sim.queue_length, state.nodes_busy
         )
 
-    def frame(self) -> pd.DataFrame:
-        df = self.series.frame()
-        for col in ("running_jobs", "queue_length", "nodes_in_use"):
-            df[col] = df[col].astype(np.int64)
-        return df
+    INTEGER_COLUMNS = ("running_jobs", "queue_length", "nodes_in_use")
+
+    def frame(self, release: bool = False) -> pd.DataFrame:
+        """The series as a table; `release` frees the recorded rows afterwards (10^6 jobs: ~80 MB)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.columns(release), copy=False)
+
+    def columns(self, release: bool = False) -> dict[str, np.ndarray]:
+        """The series as one array per column; `release` frees the recorded rows afterwards."""
+        data = self.series.rows()
+        columns = {
+            name: data[:, i].astype(np.int64) if name in self.INTEGER_COLUMNS else data[:, i].copy()
+            for i, name in enumerate(self.COLUMNS)
+        }
+        del data
+        if release:
+            self.series = GrowableColumns(self.COLUMNS)
+        return columns

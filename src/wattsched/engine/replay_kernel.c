@@ -5,7 +5,14 @@
    that brought an arrival or a release, the recorder's row after every batch. Placement is the built-in policies'
    (policies/base.py, policies/placement.py, core/capacity.py): the same filter, the same integer scores, ties to
    the smallest seeded rank, the same GPUs. Every floating-point operation is the Python code's, in its order, so
-   the results are bit for bit the same; compile without -ffast-math or contraction (engine/kernels.py). */
+   the results are bit for bit the same; compile without -ffast-math or contraction (engine/kernels.py).
+
+   Shared GPUs (a one-GPU pod taking 0 < milli < 1000 of its GPU) follow Simulator._take, start, _finish and
+   _neighbours_changed: the pod takes the fitting GPU with least milli left; a job's speed is its solo rate times
+   the time-slicing factor of its co-runners (perf.colocation SharingModel.speed, summed in the GPU's residents
+   order); whenever a GPU's residents change, its running jobs whose rate moved are settled, re-rated and get a new
+   completion event (the old one goes stale by its version), in the iteration order of the Python set the
+   simulator builds of them (emulated by set_order: equal completion times pop in push order). */
 
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +24,9 @@
 #define MAX_SPEC_GPU 8000.0
 #define STALL_LIMIT_S (3650.0 * 86400.0)
 #define FAILED_MEMO_SIZE 32
+#define LINEAR_PROBES 9 /* CPython's setobject.c */
+#define PERTURB_SHIFT 5
+#define SET_MIN_SIZE 8
 
 enum { QUEUE_BLOCK = 0, QUEUE_EVERY = 1 };
 enum { PLACE_FIRST_FIT = 0, PLACE_BEST_FIT = 1 };
@@ -42,7 +52,7 @@ typedef struct {
     const double *priority;
     const int64_t *num_gpu, *gpu_milli, *cpu_milli, *mem_mib, *mask_id; /* mask_id -1: any node */
     const uint8_t *gang;
-    const double *work, *rate_tab, *load_tab; /* tables [job, code + 1] */
+    const double *rate_tab, *load_tab; /* tables [job, code + 1] */
     /* cluster */
     const uint8_t *node_masks; /* [masks, nodes] */
     const int64_t *node_code, *rank;
@@ -60,6 +70,13 @@ typedef struct {
     double *series; /* rows of 5: time, allocated GPUs, running jobs, queue length, nodes in use */
     int64_t *alloc_share_start, *share_node, *share_cpu, *share_mem, *share_gpu_start, *share_gpus;
     int64_t *pending_out;
+    /* shared GPUs and per-job progress */
+    int64_t max_residents, n_pushes, log_cap;
+    double interference, busy_scale;
+    const double *util; /* per job: the utilisation time-slicing divides */
+    int64_t *version;   /* per job, updated: completion events of other versions are stale */
+    double *rate, *remaining, *last_update; /* per job, updated */
+    int64_t *alloc_milli;                   /* per allocation: milli-GPU on each of its GPUs (written) */
 } Replay;
 
 int64_t ws_replay_size(void) { return (int64_t)sizeof(Replay); }
@@ -73,7 +90,7 @@ typedef struct {
     Replay *r;
     /* completions: a binary heap on (time, sequence) */
     double *heap_t;
-    int64_t *heap_seq, *heap_job, heap_n, seq;
+    int64_t *heap_seq, *heap_job, *heap_ver, heap_n, heap_cap, seq;
     /* waiting jobs in (priority, job) order */
     int64_t *pend, pend_n;
     int64_t running;
@@ -83,6 +100,12 @@ typedef struct {
     int64_t *nodes, *raw, *usable;
     GangKey *keys;
     int64_t *tmp_node, *tmp_cpu, *tmp_mem, *tmp_ngpu, *tmp_gpus;
+    /* per GPU slot (node * width + slot): the jobs sharing it, in the order they came (Simulator._residents) */
+    int64_t *res, *res_n;
+    /* set_order scratch */
+    int64_t *set_key, *set_used, *set_out;
+    int64_t set_cap;
+    int oom;
 } Loop;
 
 /* ----- completions heap ------------------------------------------------------------------------------------ */
@@ -101,13 +124,34 @@ static void heap_swap(Loop *L, int64_t a, int64_t b) {
     int64_t j = L->heap_job[a];
     L->heap_job[a] = L->heap_job[b];
     L->heap_job[b] = j;
+    int64_t v = L->heap_ver[a];
+    L->heap_ver[a] = L->heap_ver[b];
+    L->heap_ver[b] = v;
 }
 
-static void heap_push(Loop *L, double t, int64_t job) {
+static int grow(void **p, int64_t count, size_t size) {
+    void *q = realloc(*p, (size_t)count * size);
+    if (!q) return 0;
+    *p = q;
+    return 1;
+}
+
+static void heap_push(Loop *L, double t, int64_t job, int64_t version) {
+    if (L->heap_n == L->heap_cap) {
+        int64_t cap = L->heap_cap + L->heap_cap / 2 + 16;
+        if (!grow((void **)&L->heap_t, cap, sizeof(double)) || !grow((void **)&L->heap_seq, cap, sizeof(int64_t)) ||
+            !grow((void **)&L->heap_job, cap, sizeof(int64_t)) || !grow((void **)&L->heap_ver, cap, sizeof(int64_t))) {
+            L->oom = 1;
+            return;
+        }
+        L->heap_cap = cap;
+    }
     int64_t i = L->heap_n++;
     L->heap_t[i] = t;
     L->heap_seq[i] = L->seq++;
     L->heap_job[i] = job;
+    L->heap_ver[i] = version;
+    L->r->n_pushes++;
     while (i > 0) {
         int64_t parent = (i - 1) / 2;
         if (!heap_less(L, i, parent)) break;
@@ -116,13 +160,15 @@ static void heap_push(Loop *L, double t, int64_t job) {
     }
 }
 
-static int64_t heap_pop(Loop *L) {
+static int64_t heap_pop(Loop *L, int64_t *version) {
     int64_t job = L->heap_job[0];
+    *version = L->heap_ver[0];
     L->heap_n--;
     if (L->heap_n > 0) {
         L->heap_t[0] = L->heap_t[L->heap_n];
         L->heap_seq[0] = L->heap_seq[L->heap_n];
         L->heap_job[0] = L->heap_job[L->heap_n];
+        L->heap_ver[0] = L->heap_ver[L->heap_n];
         int64_t i = 0;
         for (;;) {
             int64_t l = 2 * i + 1, rgt = l + 1, m = i;
@@ -303,9 +349,11 @@ static int64_t place(Loop *L, int64_t job) {
     const uint8_t *mask = r->mask_id[job] >= 0 ? r->node_masks + r->mask_id[job] * r->n_nodes : NULL;
     int64_t ng = r->num_gpu[job], cpu = r->cpu_milli[job], mem = r->mem_mib[job];
     int64_t k = 0;
+    int64_t milli = r->gpu_milli[job];
+    int share = ng > 0 && milli < MILLI;
     for (int64_t n = 0; n < r->n_nodes; n++) {
         if ((mask == NULL || mask[n]) && r->available[n] && r->cpu_left[n] >= cpu && r->mem_left[n] >= mem &&
-            (ng == 0 || r->free_gpus[n] >= ng))
+            (ng == 0 || (share ? r->max_gpu_left[n] >= milli : r->free_gpus[n] >= ng)))
             L->nodes[k++] = n;
     }
     if (k == 0) return 0;
@@ -342,12 +390,133 @@ static int64_t place(Loop *L, int64_t job) {
     L->tmp_node[0] = node;
     L->tmp_cpu[0] = cpu;
     L->tmp_mem[0] = mem;
-    L->tmp_ngpu[0] = ng > 0 ? take_free_gpus(r, node, ng, L->tmp_gpus) : 0;
+    if (share) { /* gpus_best: the fitting GPU with least milli left, first index on ties */
+        const int64_t *row = r->gpu_left + node * r->width;
+        int64_t best_g = 0, best_v = MILLI + 2;
+        for (int64_t g = 0; g < r->width; g++) {
+            int64_t v = row[g] >= milli ? row[g] : MILLI + 1;
+            if (v < best_v) {
+                best_v = v;
+                best_g = g;
+            }
+        }
+        L->tmp_gpus[0] = best_g;
+        L->tmp_ngpu[0] = 1;
+    } else {
+        L->tmp_ngpu[0] = ng > 0 ? take_free_gpus(r, node, ng, L->tmp_gpus) : 0;
+    }
     return 1;
 }
 
+/* ----- the iteration order of a Python set of ints (CPython 3.11 Objects/setobject.c) --------------------------- */
+
+/* A set built empty and filled by set.update(list) of small non-negative ints (hash(k) == k): set_add_entry's
+   linear probes then perturbed steps, a resize to the smallest power of two above 4 x used once fill*5 >= mask*3
+   (entries re-inserted in table order by set_insert_clean), iteration in table order. Writes the items in that
+   order to L->set_out and returns how many (duplicates count once). tests/unit/test_native_replay.py checks it
+   against real sets. */
+static void set_insert_clean(int64_t *key, int64_t *used, uint64_t mask, int64_t k) {
+    uint64_t perturb = (uint64_t)k, i = (uint64_t)k & mask;
+    for (;;) {
+        if (!used[i]) goto found;
+        if (i + LINEAR_PROBES <= mask) {
+            for (uint64_t j = 1; j <= LINEAR_PROBES; j++)
+                if (!used[i + j]) {
+                    i += j;
+                    goto found;
+                }
+        }
+        perturb >>= PERTURB_SHIFT;
+        i = (i * 5 + 1 + perturb) & mask;
+    }
+found:
+    used[i] = 1;
+    key[i] = k;
+}
+
+static int64_t set_order(Loop *L, const int64_t *items, int64_t n) {
+    int64_t need = SET_MIN_SIZE;
+    while (need <= 4 * n + 4) need <<= 1;
+    if (need > L->set_cap) {
+        if (!grow((void **)&L->set_key, need, sizeof(int64_t)) || !grow((void **)&L->set_used, need, sizeof(int64_t)) ||
+            !grow((void **)&L->set_out, need, sizeof(int64_t))) {
+            L->oom = 1;
+            return 0;
+        }
+        L->set_cap = need;
+    }
+    int64_t *key = L->set_key, *used = L->set_used;
+    uint64_t mask = SET_MIN_SIZE - 1;
+    int64_t fill = 0;
+    memset(used, 0, (size_t)(mask + 1) * sizeof(int64_t));
+    for (int64_t t = 0; t < n; t++) {
+        int64_t k = items[t];
+        uint64_t perturb = (uint64_t)k, i = (uint64_t)k & mask;
+        int present = 0;
+        for (;;) {
+            uint64_t probes = (i + LINEAR_PROBES <= mask) ? LINEAR_PROBES : 0, e = i;
+            int found = 0;
+            for (uint64_t p = 0; p <= probes; p++, e++) {
+                if (!used[e]) {
+                    found = 1;
+                    break;
+                }
+                if (key[e] == k) {
+                    present = 1;
+                    break;
+                }
+            }
+            if (present) break;
+            if (found) {
+                used[e] = 1;
+                key[e] = k;
+                break;
+            }
+            perturb >>= PERTURB_SHIFT;
+            i = (i * 5 + 1 + perturb) & mask;
+        }
+        if (present) continue;
+        fill++;
+        if ((uint64_t)fill * 5 >= mask * 3) { /* set_table_resize(so, used * 4): re-insert in table order */
+            uint64_t size = SET_MIN_SIZE;
+            while (size <= (uint64_t)fill * 4) size <<= 1;
+            int64_t *out = L->set_out, m = 0;
+            for (uint64_t e = 0; e <= mask; e++)
+                if (used[e]) out[m++] = key[e];
+            mask = size - 1;
+            memset(used, 0, (size_t)size * sizeof(int64_t));
+            for (int64_t e = 0; e < m; e++) set_insert_clean(key, used, mask, out[e]);
+        }
+    }
+    int64_t m = 0;
+    for (uint64_t e = 0; e <= mask; e++)
+        if (used[e]) L->set_out[m++] = key[e];
+    return m;
+}
+
+/* For the tests: the order in which Python iterates set(items) built by update from a list. */
+int64_t ws_set_order(const int64_t *items, int64_t n, int64_t *out) {
+    Loop L;
+    memset(&L, 0, sizeof L);
+    int64_t m = set_order(&L, items, n);
+    if (!L.oom) memcpy(out, L.set_out, (size_t)m * sizeof(int64_t));
+    free(L.set_key);
+    free(L.set_used);
+    free(L.set_out);
+    return L.oom ? -1 : m;
+}
+
 /* ----- starting and finishing jobs (Simulator.start, Simulator._finish) ----------------------------------------- */
-static void log_row(Replay *r, double t, int64_t job, int64_t alloc, double load, double rate, int64_t phase) {
+static void log_row(Loop *L, double t, int64_t job, int64_t alloc, double load, double rate, int64_t phase) {
+    Replay *r = L->r;
+    if (r->n_log == r->log_cap) {
+        int64_t cap = r->log_cap + r->log_cap / 2 + 64;
+        if (!grow((void **)&r->log, cap * 8, sizeof(double))) {
+            L->oom = 1;
+            return;
+        }
+        r->log_cap = cap;
+    }
     double *row = r->log + r->n_log * 8;
     row[0] = t;
     row[1] = (double)job;
@@ -360,13 +529,77 @@ static void log_row(Replay *r, double t, int64_t job, int64_t alloc, double load
     r->n_log++;
 }
 
+static int64_t share_of(const Replay *r, int64_t job) { return r->gpu_milli[job] > 0 ? r->gpu_milli[job] : MILLI; }
+
+/* The GPU slot a running shared job holds. */
+static int64_t slot_of(const Replay *r, int64_t job) {
+    int64_t s = r->alloc_share_start[r->alloc_of_job[job]];
+    return r->share_node[s] * r->width + r->share_gpus[r->share_gpu_start[s]];
+}
+
+/* Simulator._current_rate for a running job: its solo rate, times the time-slicing factor on a shared GPU. */
+static double current_rate(const Loop *L, int64_t job) {
+    const Replay *r = L->r;
+    int64_t alloc = r->alloc_of_job[job];
+    int64_t column = r->node_code[r->share_node[r->alloc_share_start[alloc]]] + 1;
+    double rate = r->rate_tab[job * r->n_cols + column];
+    if (share_of(r, job) < MILLI && r->num_gpu[job] > 0) {
+        /* PerformanceModel.predicted_shared_factor over the GPU's other residents, SharingModel.speed */
+        int64_t slot = slot_of(r, job);
+        const int64_t *res = L->res + slot * r->max_residents;
+        double others = 0.0;
+        int64_t count = 0;
+        for (int64_t i = 0; i < L->res_n[slot]; i++)
+            if (res[i] != job) {
+                others += r->util[res[i]];
+                count++;
+            }
+        double factor = 1.0;
+        if (count) {
+            double scale = r->busy_scale, mine = r->util[job] * scale;
+            double busy = mine + others * scale;
+            double speed = 1.0 / ((busy < 1.0 ? 1.0 : busy) + r->interference * (busy - mine));
+            factor = speed < factor ? speed : factor;
+        }
+        rate *= factor;
+    }
+    return rate;
+}
+
+/* Simulator._neighbours_changed for the residents of one GPU (a Python set of them, skipping `skip`): every running
+   job whose rate moved is settled, re-rated, gets a new completion event and a log row. Loads do not move (the
+   sharing model's power overlap is 1: loads add up). */
+static void neighbours_changed(Loop *L, int64_t slot, int64_t skip) {
+    Replay *r = L->r;
+    int64_t m = set_order(L, L->res + slot * r->max_residents, L->res_n[slot]);
+    for (int64_t i = 0; i < m && !L->oom; i++) {
+        int64_t k = L->set_out[i];
+        if (k == skip || r->status[k] != r->status_running) continue;
+        double rate = current_rate(L, k);
+        if (rate == r->rate[k]) continue;
+        double now = r->now, elapsed = now - r->last_update[k];
+        if (elapsed > 0) {
+            double left = r->remaining[k] - elapsed * r->rate[k];
+            r->remaining[k] = 0.0 > left ? 0.0 : left;
+        }
+        r->last_update[k] = now;
+        r->rate[k] = rate;
+        r->version[k]++;
+        heap_push(L, now + r->remaining[k] / rate, k, r->version[k]);
+        int64_t alloc = r->alloc_of_job[k];
+        int64_t column = r->node_code[r->share_node[r->alloc_share_start[alloc]]] + 1;
+        log_row(L, now, k, alloc, r->load_tab[k * r->n_cols + column], rate, r->phase_running);
+    }
+}
+
 static void start(Loop *L, int64_t job, int64_t shares) {
     Replay *r = L->r;
-    int64_t alloc = r->n_allocs++, ngpu = 0, gpu_at = 0;
+    int64_t alloc = r->n_allocs++, ngpu = 0, gpu_at = 0, milli = share_of(r, job);
     r->alloc_share_start[alloc] = r->n_shares;
+    r->alloc_milli[alloc] = milli;
     for (int64_t s = 0; s < shares; s++) {
         int64_t node = L->tmp_node[s], n = L->tmp_ngpu[s];
-        allocate(r, node, L->tmp_gpus + gpu_at, n, MILLI, L->tmp_cpu[s], L->tmp_mem[s]);
+        allocate(r, node, L->tmp_gpus + gpu_at, n, milli, L->tmp_cpu[s], L->tmp_mem[s]);
         int64_t at = r->n_shares++;
         r->share_node[at] = node;
         r->share_cpu[at] = L->tmp_cpu[s];
@@ -379,37 +612,56 @@ static void start(Loop *L, int64_t job, int64_t shares) {
     r->alloc_share_start[alloc + 1] = r->n_shares;
     r->share_gpu_start[r->n_shares] = r->n_gpus;
     r->alloc_of_job[job] = alloc;
+    int shared = milli < MILLI && ngpu > 0;
+    int64_t slot = shared ? L->tmp_node[0] * r->width + L->tmp_gpus[0] : -1;
+    if (shared) L->res[slot * r->max_residents + L->res_n[slot]++] = job;
     int64_t column = r->node_code[L->tmp_node[0]] + 1;
     double load = ngpu ? r->load_tab[job * r->n_cols + column] : 0.0;
-    double rate = r->rate_tab[job * r->n_cols + column];
+    double rate = shared ? current_rate(L, job) : r->rate_tab[job * r->n_cols + column];
     double now = r->now;
     r->status[job] = (int8_t)r->status_running;
     r->start_s[job] = now;
     r->last_start = now;
     L->running++;
-    heap_push(L, now + r->work[job] / rate, job);
-    log_row(r, now, job, alloc, load, rate, r->phase_running);
+    r->rate[job] = rate;
+    r->last_update[job] = now;
+    r->version[job]++;
+    heap_push(L, now + r->remaining[job] / rate, job, r->version[job]);
+    log_row(L, now, job, alloc, load, rate, r->phase_running);
     if (r->track_idle)
         for (int64_t s = 0; s < shares; s++) r->idle_since[L->tmp_node[s]] = INFINITY;
+    if (shared) neighbours_changed(L, slot, job);
 }
 
 static void finish(Loop *L, int64_t job) {
     Replay *r = L->r;
-    int64_t alloc = r->alloc_of_job[job];
+    int64_t alloc = r->alloc_of_job[job], milli = r->alloc_milli[alloc];
     int64_t first = r->alloc_share_start[alloc], last = r->alloc_share_start[alloc + 1];
+    int64_t slot = -1;
+    r->remaining[job] = 0.0;
+    r->last_update[job] = r->now;
+    r->version[job]++;
     for (int64_t s = first; s < last; s++) {
-        int64_t g0 = r->share_gpu_start[s];
-        release(r, r->share_node[s], r->share_gpus + g0, r->share_gpu_start[s + 1] - g0, MILLI, r->share_cpu[s],
-                r->share_mem[s]);
+        int64_t g0 = r->share_gpu_start[s], n = r->share_gpu_start[s + 1] - g0;
+        release(r, r->share_node[s], r->share_gpus + g0, n, milli, r->share_cpu[s], r->share_mem[s]);
+        if (milli < MILLI && n > 0) slot = r->share_node[s] * r->width + r->share_gpus[g0];
+    }
+    if (slot >= 0) { /* list.remove: the first occurrence, the others keep their order */
+        int64_t *res = L->res + slot * r->max_residents, n = L->res_n[slot], i = 0;
+        while (i < n && res[i] != job) i++;
+        memmove(res + i, res + i + 1, (size_t)(n - i - 1) * sizeof(int64_t));
+        L->res_n[slot]--;
     }
     if (r->track_idle)
         for (int64_t s = first; s < last; s++)
             if (r->jobs_on_node[r->share_node[s]] == 0) r->idle_since[r->share_node[s]] = r->now;
+    r->rate[job] = 0.0;
     r->status[job] = (int8_t)r->status_done;
     r->end_s[job] = r->now;
     L->running--;
     r->released = 1;
-    log_row(r, r->now, job, -1, 0.0, 0.0, r->phase_released);
+    log_row(L, r->now, job, -1, 0.0, 0.0, r->phase_released);
+    if (slot >= 0) neighbours_changed(L, slot, job);
 }
 
 /* QueuePlacementScheduler.try_start, with its memo of failed requests. */
@@ -460,6 +712,13 @@ int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
     L.heap_t = malloc((size_t)(J + 1) * sizeof(double));
     L.heap_seq = malloc((size_t)(J + 1) * sizeof(int64_t));
     L.heap_job = malloc((size_t)(J + 1) * sizeof(int64_t));
+    L.heap_ver = malloc((size_t)(J + 1) * sizeof(int64_t));
+    L.heap_cap = J + 1;
+    int64_t slots = N * r->width;
+    L.res = malloc((size_t)(slots * r->max_residents + 1) * sizeof(int64_t));
+    L.res_n = calloc((size_t)(slots + 1), sizeof(int64_t));
+    r->log_cap = 2 * J + 16;
+    r->log = malloc((size_t)r->log_cap * 8 * sizeof(double));
     L.pend = malloc((size_t)(J + 1) * sizeof(int64_t));
     L.nodes = malloc((size_t)(N + 1) * sizeof(int64_t));
     L.raw = malloc((size_t)(N + 1) * sizeof(int64_t));
@@ -471,8 +730,9 @@ int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
     L.tmp_ngpu = malloc((size_t)(N + 1) * sizeof(int64_t));
     L.tmp_gpus = malloc((size_t)(gpu_mem_slots + 1) * sizeof(int64_t));
     r->error = OK;
-    if (!L.heap_t || !L.heap_seq || !L.heap_job || !L.pend || !L.nodes || !L.raw || !L.usable || !L.keys ||
-        !L.tmp_node || !L.tmp_cpu || !L.tmp_mem || !L.tmp_ngpu || !L.tmp_gpus) {
+    if (!L.heap_t || !L.heap_seq || !L.heap_job || !L.heap_ver || !L.pend || !L.nodes || !L.raw || !L.usable ||
+        !L.keys || !L.tmp_node || !L.tmp_cpu || !L.tmp_mem || !L.tmp_ngpu || !L.tmp_gpus || !L.res || !L.res_n ||
+        !r->log) {
         r->error = ERR_MEMORY;
         goto done;
     }
@@ -488,7 +748,11 @@ int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
             }
             r->now = t;
         }
-        while (L.heap_n && L.heap_t[0] <= t) finish(&L, heap_pop(&L));
+        while (L.heap_n && L.heap_t[0] <= t) {
+            int64_t version, job = heap_pop(&L, &version);
+            if (version == r->version[job] && r->status[job] == r->status_running) finish(&L, job);
+        }
+        if (L.oom) break;
         if (ai >= J && L.running == 0 && t - r->last_start > STALL_LIMIT_S) {
             r->error = ERR_STALLED;
             break;
@@ -522,7 +786,18 @@ int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
     }
     memcpy(r->pending_out, L.pend, (size_t)L.pend_n * sizeof(int64_t));
     r->n_pending = L.pend_n;
+    if (L.oom) r->error = ERR_MEMORY;
+    if (r->log && r->n_log < r->log_cap) { /* give back the unused capacity */
+        double *fitted = realloc(r->log, (size_t)(r->n_log > 0 ? r->n_log : 1) * 8 * sizeof(double));
+        if (fitted) r->log = fitted;
+    }
 done:
+    free(L.heap_ver);
+    free(L.res);
+    free(L.res_n);
+    free(L.set_key);
+    free(L.set_used);
+    free(L.set_out);
     free(L.heap_t);
     free(L.heap_seq);
     free(L.heap_job);
@@ -538,3 +813,6 @@ done:
     free(L.tmp_gpus);
     return r->error;
 }
+
+/* The log buffer ws_replay leaves in Replay.log (the caller copies it out first). */
+void ws_free(void *p) { free(p); }

@@ -254,6 +254,9 @@ class Simulator:
         self._idle_decisions = 0
         self._idle_since = 0.0
         self._total_at_decision = -1
+        # Set by a caller that reads only the outcome after the run (experiments.run): the per-job working
+        # arrays then go as soon as the loop ends (see run).
+        self.release_after_run = False
 
     # ----- services for the view, actions and the energy layer ------------------------------------------------
     @property
@@ -289,11 +292,10 @@ class Simulator:
         jobs = self.jobs
         n = len(jobs)
         order = np.argsort(jobs.submit_s, kind="stable")
-        times_list = jobs.submit_s[order].tolist()
-        order_list = order.tolist()
-        self.now = times_list[0] if n else 0.0
+        first = float(jobs.submit_s[order[0]]) if n else 0.0
+        self.now = first
         self._last_start = self.now
-        self._next_arrival = times_list[0] if n else math.inf
+        self._next_arrival = first if n else math.inf
         for obs in self.observers:
             obs.on_start(self)
         if self.power is not None:
@@ -301,12 +303,19 @@ class Simulator:
         self.scheduler.on_start(self.view, self.actions)
         # Runs whose every part the compiled loop mirrors run there, with the same results (native_replay.py).
         replay = compiled_replay(self)
-        if replay is None or not replay.run():
-            self._run_events(times_list, order_list)
+        compiled = replay is not None and replay.run()
+        if not compiled:
+            # Python lists for the Python loop only (10^6 jobs: ~70 MB of float and int objects).
+            self._run_events(jobs.submit_s[order].tolist(), order.tolist())
+        del order, replay
         if self.progress is not None:
             self.progress(n, n)
         if self.power is not None:
             self.power.finish(self.now)
+        if compiled and self.release_after_run:
+            # Nothing reads them from here on in a compiled run (no timers are left for its power manager): let
+            # them go before the energy ledger's sums, the run's largest temporaries.
+            self._release_working_arrays()
         for obs in self.observers:
             obs.on_finish(self)
         if self.power is not None:
@@ -326,6 +335,40 @@ class Simulator:
             self.work_lost,
             self.lost_gpu_s,
         )
+
+    # Per-job arrays the run works with that RunOutcome does not carry.
+    _WORKING_ARRAYS = (
+        "phase",
+        "remaining",
+        "rate",
+        "last_update",
+        "version",
+        "alloc_id",
+        "share",
+        "setting_id",
+        "load",
+        "held_gpus",
+        "hold_since",
+        "attained_gpu_s",
+        "executed_s",
+        "last_stop",
+        "ckpt_next",
+        "ckpt_done",
+        "last_alloc",
+        "ckpt_interval",
+        "_priority",
+    )
+
+    def release_working_state(self) -> None:
+        """Let go of the per-job working arrays and the allocation log after the run, once everything read from
+        them is made (10^6 jobs: ~300 MB); the outcome's arrays stay. The simulator cannot run on afterwards."""
+        self._release_working_arrays()
+        self.log = AllocationLog()
+
+    def _release_working_arrays(self) -> None:
+        for name in self._WORKING_ARRAYS:
+            array = getattr(self, name)
+            setattr(self, name, np.zeros(0, dtype=array.dtype))
 
     def _run_events(self, times_list: list[float], order_list: list[int]) -> None:
         """The event loop in Python: arrivals `times_list` (jobs `order_list`) and the heap's events, in order."""

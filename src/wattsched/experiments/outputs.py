@@ -48,25 +48,27 @@ def _arrow_chunks(df: pd.DataFrame):
 
 
 def write_table(df: pd.DataFrame, stem: Path) -> None:
-    """`stem`.parquet and `stem`.csv, each atomically, converted and written in chunks of rows."""
+    """`stem`.parquet and `stem`.csv, each atomically, converted in chunks of rows, each chunk once for both."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     schema = pa.Schema.from_pandas(df, preserve_index=False)
 
-    def parquet(path: Path) -> None:
-        with pq.ParquetWriter(path, schema) as writer:
+    def both(parquet_path: Path, csv_path: Path) -> None:
+        with pq.ParquetWriter(parquet_path, schema) as parquet, pacsv.CSVWriter(csv_path, schema) as csv:
             for chunk in _arrow_chunks(df):
-                writer.write_table(chunk.cast(schema))
+                table = chunk.cast(schema)
+                parquet.write_table(table)
+                csv.write_table(table)
 
-    def csv(path: Path) -> None:
-        with pacsv.CSVWriter(path, schema) as writer:
-            for chunk in _arrow_chunks(df):
-                writer.write_table(chunk.cast(schema))
-
-    write_with(stem.with_suffix(".parquet"), parquet)
-    write_with(stem.with_suffix(".csv"), csv)
+    # The CSV is moved into place first, then the Parquet file; neither is left half-written.
+    write_with(
+        stem.with_suffix(".parquet"),
+        lambda parquet_path: write_with(
+            stem.with_suffix(".csv"), lambda csv_path: both(parquet_path, csv_path)
+        ),
+    )
 
 
 def write_run_dir(

@@ -113,7 +113,8 @@ def generate(cfg: SyntheticConfig, seed: int) -> JobTable:
         memory_mib=mem.astype(np.int64),
         job_class=job_class,
         model_name=models,
-        user=np.char.add("user-", (rng.integers(8, size=n)).astype(str)).astype(object),
+        # One string object per user, not per job (10^6 jobs).
+        user=np.array([f"user-{u}" for u in range(8)], dtype=object)[rng.integers(8, size=n)],
         source=f"synthetic(seed={seed})",
     )
 
