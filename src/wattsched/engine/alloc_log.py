@@ -418,14 +418,23 @@ class AllocationLog:
 
         cols = self.columns()
         names = node_names.tolist()
-        alloc_text = [
-            ";".join(f"{names[n]}:{','.join(map(str, g))}" if g else names[n] for n, g, _, _ in p)
-            for p in self.placements
+        placements = self.placement_columns()
+        # "node:gpu,gpu;node:gpu" per allocation, from the columns (no placement tuples made).
+        slots = [str(g) for g in placements.gpu_slot.tolist()]
+        gpu_start = placements.gpu_start.tolist()
+        share_text = [
+            f"{names[n]}:{','.join(slots[gpu_start[s] : gpu_start[s + 1]])}"
+            if gpu_start[s + 1] > gpu_start[s]
+            else names[n]
+            for s, n in enumerate(placements.share_node.tolist())
         ]
+        bounds = placements.share_start.tolist()
+        alloc_text = [";".join(share_text[a:b]) for a, b in pairwise(bounds)]
+        del share_text, slots, gpu_start
         alloc = cols["alloc"]
         held = alloc >= 0
         safe = np.where(held, alloc, 0)
-        gpus = self.placement_columns().gpus_per_alloc()
+        gpus = placements.gpus_per_alloc()
         gpus = gpus if len(gpus) else np.zeros(1, dtype=np.int64)
         shares = np.frombuffer(self.shares, dtype=np.int64) if len(self.shares) else np.zeros(1, np.int64)
         clock, limit = self.setting_fractions()

@@ -9,7 +9,8 @@ The results are the same bit for bit (tests/unit/test_native_replay.py runs both
 It applies when:
 
 * the scheduler says how to run it compiled (``native_plan()``, which ``QueuePlacementScheduler`` answers for the
-  built-in queue and placement policies the kernel implements, and no GPU-setting rule);
+  built-in queue and placement policies the kernel implements, and no GPU-setting rule; ``RoundScheduler`` for
+  Tiresias with consolidated placement on whole GPUs, every job taking at least one, see below);
 * no invariant checks, nothing scheduled before the first event, every node on, and a power manager (if any)
   that neither reacts to starts and idle nodes nor runs timers (always-on);
 * observers that only watch the start and the end of the run, besides the time-series recorder;
@@ -18,6 +19,14 @@ It applies when:
 * job speeds that depend only on the GPU type (no throughput tables, no measured profiles).
 
 Anything else runs the Python loop.
+
+Tiresias in rounds runs compiled while it never contends: the rounds are events of the kernel (after the
+completions of their instant, the decision after that instant's arrivals, empty stretches skipped as
+``RoundScheduler._round`` does), and each decision is Tiresias's ``_start_waiting``. Where Tiresias would need
+anything else (more GPUs asked for than the cluster has: its preempting path; jobs waiting with nothing running:
+the stall watch), the kernel stops, the simulator's arrays are put back as they were, and the whole run goes to
+the Python loop from its start (a contended run pays the kernel's partial run on top; on the traces measured,
+a few percent).
 """
 
 from __future__ import annotations
@@ -48,14 +57,17 @@ from . import kernels
 from .alloc_log import PlacementColumns
 from .observers import Observer
 from .recorder import TimeSeriesRecorder
-from .temporal import STALL_LIMIT_S
+from .temporal import KIND_CALLBACK, STALL_LIMIT_S
 
 if TYPE_CHECKING:
     from .temporal import Simulator
 
 QUEUE_MODES = {"block": 0, "every": 1}  # stop at the first job that cannot start / try every waiting job
-PLACEMENTS = {"first-fit": 0, "best-fit": 1}
-_ERR_STALLED, _ERR_MEMORY = 1, 2
+PLACEMENTS = {"first-fit": 0, "best-fit": 1, "consolidated": 2}
+ROUND_MODES = {
+    "tiresias": 1
+}  # allocation policies in rounds the kernel mirrors (while they need nothing else)
+_ERR_STALLED, _ERR_MEMORY, _ERR_CONTENDED = 1, 2, 4
 _PER_EVENT_HOOKS = ("on_interval", "on_job_start", "on_job_end", "on_batch_end")
 _SAMPLE_JOBS = 32  # jobs whose tabulated rate and load are checked against the performance model's answers
 
@@ -159,6 +171,21 @@ class _Replay(ctypes.Structure):
         ("remaining", _PF),
         ("last_update", _PF),
         ("alloc_milli", _PI),
+        *[
+            (name, _I64)
+            for name in (
+                "round_mode",
+                "rounds",
+                "round_decisions",
+                "rounds_stopped",
+                "capacity_gpus",
+                "series_cap",
+                "series_owned",
+                "round_push",
+            )
+        ],
+        *[(name, _F64) for name in ("round_s", "round_origin", "next_round")],
+        *[(name, _PI) for name in ("spec_gpu_count", "spec_cpu", "spec_mem", "switch_id")],
     ]
 
 
@@ -243,7 +270,11 @@ class CompiledReplay:
         mask_id = np.ascontiguousarray(np.where(num_gpu > 0, book.spec_id, -1), dtype=np.int64)
         never_fits = np.ascontiguousarray(book.never_fits, dtype=np.uint8)
         gang = np.ascontiguousarray(book.gang, dtype=np.uint8)
-        priority = np.ascontiguousarray(sim._priority, dtype=np.float64)
+        plan = self.plan
+        round_mode = ROUND_MODES.get(plan.get("rounds", ""), 0)
+        # Tiresias orders the waiting jobs by submission, then index (its one queue while nobody ran before).
+        queue_key = jobs.submit_s if round_mode else sim._priority
+        priority = np.ascontiguousarray(queue_key, dtype=np.float64)
         node_masks = np.ascontiguousarray(book.node_mask_by_spec, dtype=np.uint8)
         node_code = np.ascontiguousarray(spec.gpu_model_code, dtype=np.int64)
         rank = np.ascontiguousarray(self.plan["rank"], dtype=np.int64)
@@ -259,7 +290,7 @@ class CompiledReplay:
         max_gpus = int(num_gpu.sum()) + 1  # GPUs of every start together
         alloc_of_job = np.full(n, -1, dtype=np.int64)
         alloc_milli = np.zeros(n + 1, dtype=np.int64)
-        series = np.empty((2 * n + 1) * 5 if self.recorder is not None else 5)
+        series = np.empty((2 * n + 1) * 5 if self.recorder is not None else 5)  # rounds: the kernel grows it
         alloc_share_start = np.zeros(n + 1, dtype=np.int64)
         share_node = np.zeros(max_shares, dtype=np.int64)
         share_cpu = np.zeros(max_shares, dtype=np.int64)
@@ -268,12 +299,19 @@ class CompiledReplay:
         share_gpus = np.zeros(max_gpus, dtype=np.int64)
         pending_out = np.zeros(n + 1, dtype=np.int64)
         rec = self.recorder
+        spec_gpu_count = np.ascontiguousarray(spec.gpu_count, dtype=np.int64)
+        spec_cpu = np.ascontiguousarray(spec.cpu_milli, dtype=np.int64)
+        spec_mem = np.ascontiguousarray(spec.memory_mib, dtype=np.int64)
+        switch_id = np.ascontiguousarray(spec.switch_id, dtype=np.int64)
+        # A run the kernel leaves (Tiresias contending) runs again in Python from the start: keep what it changes.
+        saved = self._in_place_arrays() if round_mode else []
+        snapshot = [a.copy() for a in saved]
         r = _Replay(
             n_jobs=n,
             n_nodes=num_nodes,
             width=state.gpu_left.shape[1],
             n_cols=rate_tab.shape[1],
-            queue_mode=QUEUE_MODES[self.plan["queue"]],
+            queue_mode=QUEUE_MODES.get(plan.get("queue", ""), 0),
             placement=PLACEMENTS[self.plan["placement"]],
             rank_weight=int(self.plan["rank_weight"]),
             track_idle=int(power is not None),
@@ -338,18 +376,36 @@ class CompiledReplay:
             remaining=_ptr(sim.remaining),
             last_update=_ptr(sim.last_update),
             alloc_milli=_ptr(alloc_milli),
+            round_mode=round_mode,
+            capacity_gpus=int(spec.gpu_count[state.available].sum()),
+            series_cap=len(series) // 5,
+            round_s=float(plan.get("round_s", 0.0)),
+            round_origin=float(plan.get("round_origin", 0.0)),
+            next_round=sim._heap[0][0] if round_mode else math.inf,
+            spec_gpu_count=_ptr(spec_gpu_count),
+            spec_cpu=_ptr(spec_cpu),
+            spec_mem=_ptr(spec_mem),
+            switch_id=_ptr(switch_id),
         )
         error = self.lib.ws_replay(ctypes.byref(r), _I64(int(num_gpu.max(initial=0)) + 1))
         log = _adopt_log(self.lib, r)
+        series = _adopt_series(self.lib, r, series)
+        if error == _ERR_CONTENDED:
+            for array, before in zip(saved, snapshot, strict=True):
+                np.copyto(array, before)
+            return False
         if error == _ERR_MEMORY:
             raise MemoryError("compiled replay: out of memory")
+        seq_before = sim._seq
         self._write_back(r, alloc_of_job, alloc_milli, log, series)
+        if round_mode:
+            self._write_back_rounds(r, seq_before + int(r.round_push))
         self._write_placements(
             r, alloc_milli, alloc_share_start, share_node, share_cpu, share_mem, share_gpu_start, share_gpus
         )
         sim._pending = SortedList(
             zip(
-                priority[pending_out[: r.n_pending]].tolist(),
+                sim._priority[pending_out[: r.n_pending]].tolist(),
                 pending_out[: r.n_pending].tolist(),
                 strict=True,
             )
@@ -357,6 +413,42 @@ class CompiledReplay:
         if error == _ERR_STALLED:
             raise sim._stalled(f"nothing has run for {STALL_LIMIT_S / 86400:.0f} simulated days")
         return True
+
+    def _in_place_arrays(self) -> list[np.ndarray]:
+        """The simulator's arrays the kernel updates in place."""
+        sim, state = self.sim, self.sim.state
+        arrays = [
+            state.gpu_left,
+            state.cpu_left,
+            state.mem_left,
+            state.free_gpus,
+            state.gpu_left_total,
+            state.max_gpu_left,
+            state.jobs_on_node,
+            state.gpu_pod_kinds,
+            sim.status,
+            sim.start_s,
+            sim.end_s,
+            sim.version,
+            sim.rate,
+            sim.remaining,
+            sim.last_update,
+        ]
+        if sim.power is not None:
+            arrays.append(sim.power.idle_since)
+        return arrays
+
+    def _write_back_rounds(self, r: _Replay, round_seq: int) -> None:
+        """What the rounds leave: the adapter's counts, the next round on the heap, the policy's state."""
+        sim, plan = self.sim, self.plan
+        plan["rounds_done"](int(r.rounds), int(r.round_decisions), bool(r.rounds_stopped))
+        plan["policy_done"]()
+        sim._heap.clear()
+        if not r.rounds_stopped:
+            sim._heap.append(
+                (r.next_round, KIND_CALLBACK, round_seq, -1, (plan["round_callback"], sim.actions))
+            )
+        sim._pass_due = False
 
     def _write_back(
         self,
@@ -441,6 +533,19 @@ def _adopt_log(lib: ctypes.CDLL, r: _Replay) -> np.ndarray:
     return rows[: int(r.n_log) * 8]
 
 
+def _adopt_series(lib: ctypes.CDLL, r: _Replay, series: np.ndarray) -> np.ndarray:
+    """The recorder's rows: `series`, or the kernel's own buffer where rounds outgrew it (a copy, then freed)."""
+    if not r.series_owned:
+        return series
+    address = ctypes.cast(r.series, ctypes.c_void_p).value
+    assert address, "the kernel owns a series buffer"
+    rows = np.ctypeslib.as_array((ctypes.c_double * (int(r.n_series) * 5 or 1)).from_address(address)).copy()
+    lib.ws_free(ctypes.c_void_p(address))
+    r.series = None
+    r.series_owned = 0
+    return rows
+
+
 def _sharing_mirrored(sim: Simulator, shared: np.ndarray) -> bool:
     """Whether the kernel's time-slicing reproduces the simulator's speeds and loads of these shared pods: the
     plain sharing model (no measured one) whose loads add up, no sharing noise, no measured pairs or
@@ -460,18 +565,39 @@ def _sharing_mirrored(sim: Simulator, shared: np.ndarray) -> bool:
     )
 
 
+def _only_first_round(sim: Simulator, plan: dict[str, Any]) -> bool:
+    """Whether the heap holds just the first round, at the rounds' origin, as RoundScheduler.on_start puts it."""
+    if len(sim._heap) != 1:
+        return False
+    time, kind, _, ref, payload = sim._heap[0]
+    return (
+        kind == KIND_CALLBACK
+        and ref == -1
+        and time == plan["round_origin"] == sim.now
+        and isinstance(payload, tuple)
+        and payload[0] == plan["round_callback"]
+        and payload[1] is sim.actions
+    )
+
+
 def compiled_replay(sim: Simulator) -> CompiledReplay | None:
     """The compiled loop for this run, or None where it does not apply (see the module docstring)."""
     if sim.check or not kernels.enabled():
         return None
     native_plan = getattr(sim.scheduler, "native_plan", None)
     plan = native_plan() if callable(native_plan) else None
-    if not plan or plan.get("queue") not in QUEUE_MODES or plan.get("placement") not in PLACEMENTS:
+    if not plan or plan.get("placement") not in PLACEMENTS:
+        return None
+    rounds = plan.get("rounds")
+    known = plan.get("queue") in QUEUE_MODES if rounds is None else rounds in ROUND_MODES
+    if not known:
         return None
     scheduler = sim.scheduler
     if not (scheduler.decide_on_arrival and scheduler.decide_on_release):
         return None
-    if sim._heap or sim._pending or sim._deferred or sim.running or len(sim.log) or sim.log.placements:
+    # Rounds: the first one, which the adapter's on_start put on the heap, and nothing else.
+    heap_ok = not sim._heap if rounds is None else _only_first_round(sim, plan)
+    if not heap_ok or sim._pending or sim._deferred or sim.running or len(sim.log) or sim.log.placements:
         return None
     if (sim.status != STATUS_FUTURE).any() or not sim.state.available.all():
         return None
@@ -505,6 +631,8 @@ def compiled_replay(sim: Simulator) -> CompiledReplay | None:
         return None
     if share.any() and not _sharing_mirrored(sim, np.flatnonzero(runs)[share]):
         return None
+    if rounds is not None and (share.any() or not (ngpu > 0).all()):
+        return None  # Tiresias's bookkeeping of what waits and runs is mirrored for jobs on whole GPUs only
     if not np.isfinite(sim.remaining[runs]).all():
         return None
     if not _in_place_ok(

@@ -29,8 +29,10 @@
 #define SET_MIN_SIZE 8
 
 enum { QUEUE_BLOCK = 0, QUEUE_EVERY = 1 };
-enum { PLACE_FIRST_FIT = 0, PLACE_BEST_FIT = 1 };
-enum { OK = 0, ERR_STALLED = 1, ERR_MEMORY = 2, ERR_PLACEMENT = 3 };
+enum { PLACE_FIRST_FIT = 0, PLACE_BEST_FIT = 1, PLACE_CONSOLIDATED = 2 };
+enum { ROUNDS_NONE = 0, ROUNDS_TIRESIAS = 1 };
+/* ERR_CONTENDED: the run left what the kernel mirrors (the caller runs it again in Python, from the start). */
+enum { OK = 0, ERR_STALLED = 1, ERR_MEMORY = 2, ERR_PLACEMENT = 3, ERR_CONTENDED = 4 };
 
 /* Field order and types are mirrored by engine/native_replay.py (_Replay); ws_replay_size() checks the size. */
 typedef struct {
@@ -77,6 +79,10 @@ typedef struct {
     int64_t *version;   /* per job, updated: completion events of other versions are stale */
     double *rate, *remaining, *last_update; /* per job, updated */
     int64_t *alloc_milli;                   /* per allocation: milli-GPU on each of its GPUs (written) */
+    /* allocation rounds (ROUNDS_TIRESIAS: Tiresias while it never contends, see tiresias_pass) */
+    int64_t round_mode, rounds, round_decisions, rounds_stopped, capacity_gpus, series_cap, series_owned, round_push;
+    double round_s, round_origin, next_round; /* next_round: the pending round's time (INFINITY: none) */
+    const int64_t *spec_gpu_count, *spec_cpu, *spec_mem, *switch_id; /* per node (consolidated gangs) */
 } Replay;
 
 int64_t ws_replay_size(void) { return (int64_t)sizeof(Replay); }
@@ -343,9 +349,79 @@ static int64_t place_gang(Loop *L, int64_t job) {
     return 0;
 }
 
+/* planning.py Consolidated.place_gang: whole free nodes under one switch, the switch with the fewest GPUs that
+   suffice (ties to the smallest rank), its nodes by rank, each taking what its CPU and memory serve (gang_gpus
+   on the node's full capacity), filled as fill_gang does. */
+static int switch_rank_order(const void *pa, const void *pb) {
+    const GangKey *a = pa, *b = pb; /* usable: switch id here */
+    if (a->usable != b->usable) return a->usable < b->usable ? -1 : 1;
+    return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+static int64_t place_gang_consolidated(Loop *L, int64_t job) {
+    Replay *r = L->r;
+    const uint8_t *mask = r->mask_id[job] >= 0 ? r->node_masks + r->mask_id[job] * r->n_nodes : NULL;
+    int64_t ng = r->num_gpu[job], cpu = r->cpu_milli[job], mem = r->mem_mib[job];
+    int64_t k = 0;
+    for (int64_t n = 0; n < r->n_nodes; n++) {
+        if ((mask == NULL || mask[n]) && r->available[n] && r->free_gpus[n] == r->spec_gpu_count[n] &&
+            r->spec_gpu_count[n] > 0 && r->cpu_left[n] == r->spec_cpu[n] && r->mem_left[n] == r->spec_mem[n]) {
+            int64_t hostable = r->spec_gpu_count[n];
+            if (cpu > 0) {
+                int64_t by_cpu = (int64_t)np_floor_divide((double)r->spec_cpu[n], (double)cpu / (double)ng);
+                if (by_cpu < hostable) hostable = by_cpu;
+            }
+            if (mem > 0) {
+                int64_t by_mem = (int64_t)np_floor_divide((double)r->spec_mem[n], (double)mem / (double)ng);
+                if (by_mem < hostable) hostable = by_mem;
+            }
+            L->nodes[n] = hostable; /* by node */
+            L->keys[k].usable = r->switch_id[n];
+            L->keys[k].rank = r->rank[n];
+            L->keys[k].pos = n;
+            k++;
+        }
+    }
+    if (k == 0) return 0;
+    qsort(L->keys, (size_t)k, sizeof(GangKey), switch_rank_order);
+    int64_t best_start = -1, best_end = -1, best_gpus = 0, best_rank = 0;
+    for (int64_t i = 0; i < k;) {
+        int64_t e = i, gpus = 0;
+        while (e < k && L->keys[e].usable == L->keys[i].usable) gpus += L->nodes[L->keys[e++].pos];
+        int64_t min_rank = L->keys[i].rank; /* ranks ascend within a switch */
+        if (gpus >= ng && (best_start < 0 || gpus < best_gpus || (gpus == best_gpus && min_rank < best_rank))) {
+            best_start = i;
+            best_end = e;
+            best_gpus = gpus;
+            best_rank = min_rank;
+        }
+        i = e;
+    }
+    if (best_start < 0) return 0;
+    int64_t remaining = ng, cpu_rest = cpu, mem_rest = mem, shares = 0, gpus_used = 0;
+    for (int64_t i = best_start; i < best_end; i++) {
+        int64_t node = L->keys[i].pos, usable = L->nodes[node];
+        int64_t take = usable < remaining ? usable : remaining;
+        if (take <= 0) continue;
+        remaining -= take;
+        int64_t c = remaining == 0 ? cpu_rest : (int64_t)((double)cpu / (double)ng * (double)take);
+        int64_t m = remaining == 0 ? mem_rest : (int64_t)((double)mem / (double)ng * (double)take);
+        cpu_rest -= c;
+        mem_rest -= m;
+        L->tmp_node[shares] = node;
+        L->tmp_cpu[shares] = c;
+        L->tmp_mem[shares] = m;
+        L->tmp_ngpu[shares] = take_free_gpus(r, node, take, L->tmp_gpus + gpus_used);
+        gpus_used += L->tmp_ngpu[shares];
+        shares++;
+        if (remaining == 0) return shares;
+    }
+    return 0;
+}
+
 static int64_t place(Loop *L, int64_t job) {
     Replay *r = L->r;
-    if (r->gang[job]) return place_gang(L, job);
+    if (r->gang[job]) return r->placement == PLACE_CONSOLIDATED ? place_gang_consolidated(L, job) : place_gang(L, job);
     const uint8_t *mask = r->mask_id[job] >= 0 ? r->node_masks + r->mask_id[job] * r->n_nodes : NULL;
     int64_t ng = r->num_gpu[job], cpu = r->cpu_milli[job], mem = r->mem_mib[job];
     int64_t k = 0;
@@ -374,6 +450,8 @@ static int64_t place(Loop *L, int64_t job) {
                 if (raw[i] > hi) hi = raw[i];
             }
             for (int64_t i = 0; i < k; i++) raw[i] = hi == lo ? 0 : (raw[i] - lo) * 100 / (hi - lo);
+        } else if (r->placement == PLACE_CONSOLIDATED) { /* planning.py Consolidated.score: fullest node */
+            for (int64_t i = 0; i < k; i++) raw[i] = -r->free_gpus[L->nodes[i]];
         } else {
             for (int64_t i = 0; i < k; i++) raw[i] = 100;
         }
@@ -702,6 +780,97 @@ static void queue_pass(Loop *L) {
     }
 }
 
+/* ----- Tiresias while it never contends (policies/allocation/tiresias.py) ---------------------------------------
+   Nothing it started was ever stopped, so no waiting job has attained service (all in one queue, the starvation
+   guard has nobody to reset), and while the GPUs of the waiting and running jobs fit in the cluster's its decision
+   is _start_waiting: every waiting job in (submission, index) order placed by Consolidated on what is left, the
+   placed ones started in that order; skipped when the last decision tried them all and nothing changed since.
+   Whenever the GPUs asked for exceed the cluster's (its _by_priority path), or jobs wait with nothing running (the
+   simulator's stall watch), the kernel stops with ERR_CONTENDED. */
+typedef struct {
+    int64_t active_gpus; /* GPUs of the waiting and running jobs */
+    int all_tried, changed;
+} TiresiasState;
+
+static int tiresias_pass(Loop *L, TiresiasState *T) {
+    Replay *r = L->r;
+    int changed = T->changed;
+    T->changed = 0;
+    if (L->pend_n == 0) {
+        T->all_tried = 0;
+        return OK;
+    }
+    if (T->active_gpus > r->capacity_gpus) return ERR_CONTENDED;
+    if (T->all_tried && !changed) return OK;
+    /* Plan.place's memo: a request shape that found no place fails again within the decision. */
+    int64_t failed[FAILED_MEMO_SIZE][6], failed_n = 0;
+    int64_t i = 0;
+    while (i < L->pend_n && !L->oom) {
+        int64_t job = L->pend[i];
+        int64_t sig[6] = {r->mask_id[job], r->num_gpu[job], r->gpu_milli[job], r->cpu_milli[job],
+                          r->mem_mib[job], r->gang[job]};
+        int known = 0;
+        for (int64_t f = 0; f < failed_n && !known; f++) known = memcmp(failed[f], sig, sizeof sig) == 0;
+        int64_t shares = known ? 0 : place(L, job);
+        if (shares == 0) {
+            if (!known && failed_n < FAILED_MEMO_SIZE) memcpy(failed[failed_n++], sig, sizeof sig);
+            i++;
+            continue;
+        }
+        start(L, job, shares);
+        remove_at(L, i);
+    }
+    T->all_tried = 1; /* Consolidated.monotone_failures */
+    return OK;
+}
+
+/* RoundScheduler._round: count the round, ask for a decision after this timestamp's events, and set the next
+   round (skipping empty stretches to the grid point at or after the next arrival; none after the last). */
+static void round_due(Loop *L, int64_t ai, int *pass_due) {
+    Replay *r = L->r;
+    r->rounds++;
+    *pass_due = 1;
+    double now = r->now, next_arrival = ai < r->n_jobs ? r->arrival_time[ai] : INFINITY, next;
+    if (L->pend_n || L->running || next_arrival <= now) {
+        next = now + r->round_s;
+    } else if (!isfinite(next_arrival)) {
+        r->rounds_stopped = 1;
+        r->next_round = INFINITY;
+        return;
+    } else {
+        double k = ceil((next_arrival - r->round_origin) / r->round_s - 1e-12);
+        double on_grid = r->round_origin + k * r->round_s, later = now + r->round_s;
+        next = later > on_grid ? later : on_grid;
+    }
+    r->next_round = next;
+    r->round_push = ++r->n_pushes; /* its heap sequence number, counted from the simulator's at the start */
+}
+
+static int series_row(Loop *L) {
+    Replay *r = L->r;
+    if (r->n_series == r->series_cap) { /* rounds add rows: continue in a buffer of the kernel's own */
+        int64_t cap = r->series_cap + r->series_cap / 2 + 64;
+        double *grown = r->series_owned ? realloc(r->series, (size_t)cap * 5 * sizeof(double))
+                                        : malloc((size_t)cap * 5 * sizeof(double));
+        if (!grown) {
+            L->oom = 1;
+            return 0;
+        }
+        if (!r->series_owned) memcpy(grown, r->series, (size_t)r->n_series * 5 * sizeof(double));
+        r->series = grown;
+        r->series_owned = 1;
+        r->series_cap = cap;
+    }
+    double *row = r->series + r->n_series * 5;
+    row[0] = r->now;
+    row[1] = (double)r->allocated_milli / 1000.0;
+    row[2] = (double)L->running;
+    row[3] = (double)L->pend_n;
+    row[4] = (double)r->nodes_busy;
+    r->n_series++;
+    return 1;
+}
+
 /* ----- the loop (Simulator.run) ----------------------------------------------------------------------------------- */
 int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
     int64_t J = r->n_jobs, N = r->n_nodes;
@@ -737,10 +906,13 @@ int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
         goto done;
     }
     int64_t ai = 0;
-    while (ai < J || L.running > 0) {
+    int rounds = r->round_mode == ROUNDS_TIRESIAS, pass_due = 0;
+    TiresiasState T = {0, 0, 0};
+    while (ai < J || L.running > 0 || (rounds && L.pend_n > 0 && isfinite(r->next_round))) {
         double t_arrival = ai < J ? r->arrival_time[ai] : INFINITY;
         double t_event = L.heap_n ? L.heap_t[0] : INFINITY;
         double t = t_arrival < t_event ? t_arrival : t_event;
+        if (rounds && r->next_round < t) t = r->next_round;
         if (t > r->now) {
             if (r->n_recorders) {
                 r->gpu_seconds += (double)r->allocated_milli / 1000.0 * (t - r->now);
@@ -750,8 +922,13 @@ int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
         }
         while (L.heap_n && L.heap_t[0] <= t) {
             int64_t version, job = heap_pop(&L, &version);
-            if (version == r->version[job] && r->status[job] == r->status_running) finish(&L, job);
+            if (version == r->version[job] && r->status[job] == r->status_running) {
+                finish(&L, job);
+                T.active_gpus -= r->num_gpu[job];
+                T.changed = 1;
+            }
         }
+        if (rounds && r->next_round <= t) round_due(&L, ai, &pass_due);
         if (L.oom) break;
         if (ai >= J && L.running == 0 && t - r->last_start > STALL_LIMIT_S) {
             r->error = ERR_STALLED;
@@ -767,22 +944,25 @@ int64_t ws_replay(Replay *r, int64_t gpu_mem_slots) {
             r->status[job] = (int8_t)r->status_pending;
             enqueue(&L, job);
             r->arrivals++;
+            T.active_gpus += r->num_gpu[job];
+            T.changed = 1;
             arrived = 1;
         }
-        if (arrived || r->released) {
+        if (arrived || r->released || pass_due) {
             r->released = 0;
-            if (L.pend_n) queue_pass(&L);
+            pass_due = 0;
+            if (rounds) {
+                r->round_decisions++;
+                if (tiresias_pass(&L, &T) != OK || (L.pend_n > 0 && L.running == 0)) {
+                    r->error = ERR_CONTENDED;
+                    break;
+                }
+            } else if (L.pend_n) {
+                queue_pass(&L);
+            }
             r->decisions++;
         }
-        if (r->n_recorders) {
-            double *row = r->series + r->n_series * 5;
-            row[0] = r->now;
-            row[1] = (double)r->allocated_milli / 1000.0;
-            row[2] = (double)L.running;
-            row[3] = (double)L.pend_n;
-            row[4] = (double)r->nodes_busy;
-            r->n_series++;
-        }
+        if (r->n_recorders && !series_row(&L)) break;
     }
     memcpy(r->pending_out, L.pend, (size_t)L.pend_n * sizeof(int64_t));
     r->n_pending = L.pend_n;

@@ -254,6 +254,34 @@ class RoundScheduler(Scheduler):
     def waiting_until(self) -> float:
         return self._wake
 
+    def native_plan(self) -> dict[str, Any] | None:
+        """How a simulator may run these rounds in its compiled loop (engine/native_replay.py), or None: the
+        policy's own plan (``native_round_plan()``: Tiresias, while it never contends), before any round, with
+        decisions on arrivals and completions and no GPU-setting rule."""
+        hook = getattr(self.policy, "native_round_plan", None)
+        if type(self) is not RoundScheduler or self.setting_rule is not None or not callable(hook):
+            return None
+        if self.rounds or self.decisions or self._rounds_stopped or self._wake != -math.inf:
+            return None
+        if not (self.decide_on_arrival and self.decide_on_release):
+            return None
+        plan = hook()
+        if not plan:
+            return None
+        return {
+            **plan,
+            "round_s": self.round_s,
+            "round_origin": self._origin,
+            "round_callback": self._round,
+            "rounds_done": self._native_rounds_done,
+        }
+
+    def _native_rounds_done(self, rounds: int, decisions: int, stopped: bool) -> None:
+        """The compiled loop ran `rounds` rounds and `decisions` decisions (and stopped the rounds, or not)."""
+        self.rounds += rounds
+        self.decisions += decisions
+        self._rounds_stopped = stopped
+
     def _with_rule_settings(self, decision: Decision) -> Decision:
         """The run's static or energy-optimal setting for every job the policy leaves at the default one."""
         rule = self.setting_rule

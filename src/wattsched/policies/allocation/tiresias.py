@@ -78,6 +78,31 @@ class Tiresias(AllocationPolicy):
             "source": "paper settings as stated by heyfey/vodascheduler (2 queues, 3600, knob 8)",
         }
 
+    def native_round_plan(self) -> dict[str, Any] | None:
+        """The compiled loop's plan (engine/replay_kernel.c, tiresias_pass): exactly this policy with consolidated
+        placement on whole GPUs, before its first decision. The kernel mirrors `allocate` while it never
+        contends (always `_start_waiting`) and hands the run back to the Python loop otherwise."""
+        if type(self) is not Tiresias or type(self.placement) is not Consolidated or not self._whole:
+            return None
+        if self._mark != -1 or self._pending or self._running or self._all_tried:
+            return None
+        return {
+            "rounds": "tiresias",
+            "placement": "consolidated",
+            "rank": self.placement.rank,
+            "rank_weight": self.placement._rank_weight,
+            "policy_done": self._native_done,
+        }
+
+    def _native_done(self) -> None:
+        """After a compiled run: the sets are read afresh from the view if a decision ever follows."""
+        self._mark = -1
+        self._pending.clear()
+        self._running.clear()
+        self._ran_before.clear()
+        self._active_gpus = 0
+        self._all_tried = False
+
     def allocate(self, view: ClusterView) -> Decision:
         self._follow(view)
         if not self._pending:
