@@ -41,7 +41,7 @@ def whatif_command(
         typer.Option("--carbon-csv", help="with --price-csv: hourly carbon (time, carbon_g_per_kwh)"),
     ] = None,
     region: Annotated[
-        str | None, typer.Option("--region", help="a shipped grid region instead [default: US-CAL-CISO]")
+        str | None, typer.Option("--region", help="a shipped grid region instead \\[default: US-CAL-CISO]")
     ] = None,
     year: Annotated[int, typer.Option("--year", help="--region's price and carbon year")] = 2023,
     tz: Annotated[
@@ -57,7 +57,7 @@ def whatif_command(
         typer.Option(
             "--variants",
             help="comma-separated: baseline, right-sizing, power-cap, power-cap-deadline, pwr-fgd, price-shift, "
-            "co-location [default: all but power-cap-deadline and co-location]",
+            "co-location \\[default: all but power-cap-deadline and co-location]",
         ),
     ] = None,
     profiles: Annotated[
