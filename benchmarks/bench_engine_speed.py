@@ -68,7 +68,18 @@ CASES: dict[str, list[str]] = {
 # A temporal and a packing run: each compiled kernel (the replay's and the packing loop's) is built before timing.
 WARM_UPS = (
     ["--workload", "synthetic", "--jobs", "50"],
-    ["--workload", "synthetic", "--jobs", "50", "--mode", "packing", "--placement", "fgd"],
+    [
+        "--mode",
+        "packing",
+        "--workload",
+        "alibaba-v2023/default",
+        "--cluster",
+        "alibaba-v2023",
+        "--placement",
+        "fgd",
+        "--max-jobs",
+        "300",
+    ],
 )
 THIS_SRC = Path(__file__).resolve().parents[1] / "src"
 
