@@ -15,7 +15,9 @@ Submit times are written as UTC timestamps (``time_origin_utc`` + ``submit_s``) 
 calendar and price and carbon signals line up with the real hours. A job's ``gpu_model`` is the GPU models of its
 partition's nodes (``A100|H100`` for a mixed partition): the engine has no partitions, so this is how a job stays on
 its partition's kind of GPU. CPU and memory requests are written when the history has them (columns ``cpu_milli``
-or ``cpus``, ``memory_mib``; the contract's RECORDED_COLUMNS do not), else left at 0.
+or ``cpus`` or read_sacct's ``num_cpu``, ``memory_mib``; the contract's RECORDED_COLUMNS do not), else left at 0:
+memory is NaN where AllocTRES has no ``mem=`` (a cluster that does not treat memory as consumable), and the
+replay then does not constrain it either.
 """
 
 from __future__ import annotations
@@ -144,9 +146,12 @@ def _cpu_and_memory(jobs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, bool]:
     if "cpu_milli" in jobs.columns:
         cpu = pd.to_numeric(jobs["cpu_milli"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
         have = True
-    elif "cpus" in jobs.columns:
-        cpu = (pd.to_numeric(jobs["cpus"], errors="coerce").fillna(0) * 1000).astype(np.int64).to_numpy()
-        have = True
+    else:
+        # cpus (a hand-built history) or num_cpu (read_sacct: AllocTRES cpu=, the CPUs Slurm allocated)
+        name = next((c for c in ("cpus", "num_cpu") if c in jobs.columns), None)
+        if name is not None:
+            cpu = (pd.to_numeric(jobs[name], errors="coerce").fillna(0) * 1000).astype(np.int64).to_numpy()
+            have = True
     if "memory_mib" in jobs.columns:
         mem = pd.to_numeric(jobs["memory_mib"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
         have = True
