@@ -205,6 +205,16 @@ def _ptr(arr: np.ndarray) -> Any:
     return arr.ctypes.data_as(pointer_type)
 
 
+def _state_and_job_arrays(sim: Simulator) -> list[np.ndarray]:
+    """The cluster-state and per-job arrays of the simulator the kernel writes in place."""
+    state = sim.state
+    return [
+        state.gpu_left, state.cpu_left, state.mem_left, state.free_gpus, state.gpu_left_total, state.max_gpu_left,
+        state.jobs_on_node, state.gpu_pod_kinds,
+        sim.status, sim.start_s, sim.end_s, sim.version, sim.rate, sim.remaining, sim.last_update,
+    ]  # fmt: skip
+
+
 def _in_place_ok(*arrays: np.ndarray) -> bool:
     return all(a.flags.c_contiguous and a.flags.writeable for a in arrays)
 
@@ -416,26 +426,9 @@ class CompiledReplay:
 
     def _in_place_arrays(self) -> list[np.ndarray]:
         """The simulator's arrays the kernel updates in place."""
-        sim, state = self.sim, self.sim.state
-        arrays = [
-            state.gpu_left,
-            state.cpu_left,
-            state.mem_left,
-            state.free_gpus,
-            state.gpu_left_total,
-            state.max_gpu_left,
-            state.jobs_on_node,
-            state.gpu_pod_kinds,
-            sim.status,
-            sim.start_s,
-            sim.end_s,
-            sim.version,
-            sim.rate,
-            sim.remaining,
-            sim.last_update,
-        ]
-        if sim.power is not None:
-            arrays.append(sim.power.idle_since)
+        arrays = _state_and_job_arrays(self.sim)
+        if self.sim.power is not None:
+            arrays.append(self.sim.power.idle_since)
         return arrays
 
     def _write_back_rounds(self, r: _Replay, round_seq: int) -> None:
@@ -635,23 +628,7 @@ def compiled_replay(sim: Simulator) -> CompiledReplay | None:
         return None  # Tiresias's bookkeeping of what waits and runs is mirrored for jobs on whole GPUs only
     if not np.isfinite(sim.remaining[runs]).all():
         return None
-    if not _in_place_ok(
-        state.gpu_left,
-        state.cpu_left,
-        state.mem_left,
-        state.free_gpus,
-        state.gpu_left_total,
-        state.max_gpu_left,
-        state.jobs_on_node,
-        state.gpu_pod_kinds,
-        sim.status,
-        sim.start_s,
-        sim.end_s,
-        sim.version,
-        sim.rate,
-        sim.remaining,
-        sim.last_update,
-    ):
+    if not _in_place_ok(*_state_and_job_arrays(sim)):
         return None
     if state.gpu_left.dtype != np.int64 or state.gpu_pod_kinds.shape[1] != state.gpu_left.shape[1] + 1:
         return None
