@@ -120,19 +120,8 @@ class _Packing(ctypes.Structure):
         ("node_masks", _PU8),
         ("rank", _PI),
         ("available", _PU8),
-        *[
-            (name, _PI)
-            for name in (
-                "gpu_left",
-                "cpu_left",
-                "mem_left",
-                "free_gpus",
-                "gpu_left_total",
-                "max_gpu_left",
-                "jobs_on_node",
-                "pod_kinds",
-            )
-        ],
+        *[(name, _PI) for name in STATE_ARRAYS[:-1]],  # the cluster state, in STATE_ARRAYS' order
+        ("pod_kinds", _PI),  # gpu_pod_kinds
         ("fgd", _Frag),
         ("pwr", _Power),
         ("obs_frag", _Frag),
