@@ -22,7 +22,8 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
 * **price-shift**: a training job with a deadline waits for a cheaper hour of the day-ahead prices when the money
   its energy saves there is worth the delay: ``saving_usd - usd_per_job_hour x delay_h > 0`` at the best start
   hour that still meets its deadline (with ``DEADLINE_MARGIN_S``) (CE-DLA's price-aware timing, as a rule per job).
-  Off: nothing waits on purpose.
+  Off: nothing waits on purpose. Without a price signal it has nothing to act on and idles (the run is not refused:
+  the other mechanisms stand alone; ``rounds_with_prices`` in the summary says whether it saw prices).
 
 The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
 against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time). Deadlines and
@@ -119,6 +120,7 @@ class WattschedGreen(AllocationPolicy):
         self.deferrals = 0
         self.slowed_starts = 0
         self.widened_starts = 0
+        self.priced_rounds = 0  # rounds that saw day-ahead prices (price-shift idles without them)
 
     def on(self, mechanism: str) -> bool:
         return mechanism in self.mechanisms
@@ -127,8 +129,6 @@ class WattschedGreen(AllocationPolicy):
         needs = set()
         if self.on("clocks"):
             needs.add(Capability.SETS_GPU_SETTINGS)
-        if self.on("price-shift"):
-            needs.add(Capability.KNOWS_PRICES)
         if self.on("gpus"):
             needs.add(Capability.RESIZES)
         return frozenset(needs)
@@ -174,6 +174,7 @@ class WattschedGreen(AllocationPolicy):
             "deferrals": self.deferrals,
             "slowed_starts": self.slowed_starts,
             "widened_starts": self.widened_starts,
+            "rounds_with_prices": self.priced_rounds,
         }
 
     # --- one job's numbers ----------------------------------------------------------------------------------
@@ -295,6 +296,13 @@ class WattschedGreen(AllocationPolicy):
         starts = np.arange(lo, hi)
         return float((self._gpus_cum[ends] - self._gpus_cum[starts]).max())
 
+    def _forecast_expiry(self, now: float) -> float | None:
+        """When the oldest arrival the forecast counts leaves its history window."""
+        lo = int(np.searchsorted(self._submit_sorted, now - BURST_HISTORY_S, side="left"))
+        if lo >= self._submit_sorted.size or self._submit_sorted[lo] > now:
+            return None
+        return float(self._submit_sorted[lo]) + BURST_HISTORY_S + 1.0
+
     # --- the round --------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
         now = view.now
@@ -302,14 +310,18 @@ class WattschedGreen(AllocationPolicy):
         running = view.running_jobs()
         self._slowed.intersection_update(running.tolist())
         headroom = self._forecast_gpus(now) if self.on("right-sizing") else None
+        # The forecast falls when its oldest arrival leaves the history: decide again then, so that headroom for
+        # arrivals long past is given back (and idle nodes switch off) without waiting for the next event.
+        expiry = self._forecast_expiry(now) if headroom else None
         if pending.size == 0:
-            return Decision(keep_all=True, keep_free_gpus=headroom)
+            return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=expiry)
         left = self._seconds_left(view, pending)
         order = self._order(view, pending, left)
         deferred_now = set(view.deferred_jobs().tolist())
         prices = None
         if self.on("price-shift"):
             prices = view.price_ahead_usd_per_mwh(HORIZON_H)
+            self.priced_rounds += prices is not None
         plan = Plan(view)
         defer: list[int] = []
         wake: float | None = None
@@ -374,6 +386,8 @@ class WattschedGreen(AllocationPolicy):
         defer = sorted(j for j in start_later if j not in deferred_now)
         self.deferrals += len(defer)
         undefer = sorted(j for j in deferred_now if j not in start_later)
+        if expiry is not None:
+            wake = expiry if wake is None else min(wake, expiry)
         decision = plan.decision(running, wake_at=wake, defer=defer, undefer=undefer)
         decision.keep_free_gpus = headroom
         return decision
