@@ -43,7 +43,13 @@ def test_every_mechanism_can_be_switched_off_by_name():
 
 
 @pytest.mark.parametrize(
-    "name", ["wattsched-green-no-cheese", "wattsched-green-no-clocks-no-clocks", "wattsched-green-w1-w2", "wattsched-greenish"]
+    "name",
+    [
+        "wattsched-green-no-cheese",
+        "wattsched-green-no-clocks-no-clocks",
+        "wattsched-green-w1-w2",
+        "wattsched-greenish",
+    ],
 )
 def test_malformed_names_are_not_policies(name):
     assert parse_name(name) is None
@@ -104,9 +110,7 @@ def test_forecast_is_the_busiest_boot_window_of_the_last_day(arrivals, now):
     order = np.argsort(jobs.submit_s, kind="stable")
     policy._gpus_cum = np.concatenate([[0.0], np.cumsum(jobs.num_gpu[order].astype(float))])
     seen = [(t, g) for t, g in arrivals if now - green.BURST_HISTORY_S <= t <= now]
-    expected = max(
-        (sum(g for u, g in seen if t <= u <= t + BURST_WINDOW_S) for t, _ in seen), default=0.0
-    )
+    expected = max((sum(g for u, g in seen if t <= u <= t + BURST_WINDOW_S) for t, _ in seen), default=0.0)
     assert policy._forecast_gpus(now) == pytest.approx(expected)
 
 
@@ -170,7 +174,9 @@ def test_a_high_delay_weight_shifts_nothing(market):
 
 def test_queue_order_runs_short_jobs_first(market):
     # The cluster (8 GPUs) is busy for an hour; a long job, then short ones, each on all 8 GPUs, wait for it.
-    rows = [(0.0, 3600.0, 8, None), (10.0, 10 * 3600.0, 8, None)] + [(20.0 + i, 600.0, 8, None) for i in range(4)]
+    rows = [(0.0, 3600.0, 8, None), (10.0, 10 * 3600.0, 8, None)] + [
+        (20.0 + i, 600.0, 8, None) for i in range(4)
+    ]
     base = "wattsched-green-no-price-shift-no-gpus-no-clocks"
     ordered = _run(market, rows, base)
     fifo = _run(market, rows, base.replace("green-", "green-no-queue-", 1))

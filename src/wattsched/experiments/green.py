@@ -25,7 +25,13 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import UnknownNameError, WattschedError
-from ..policies.allocation.green import DEFAULT_MAX_SLOWDOWN, DEFAULT_USD_PER_JOB_HOUR, MECHANISMS, green_name
+from ..policies.allocation.green import (
+    DEFAULT_MAX_SLOWDOWN,
+    DEFAULT_SCALE_TOLERANCE,
+    DEFAULT_USD_PER_JOB_HOUR,
+    MECHANISMS,
+    green_name,
+)
 from .config import SimulationConfig, same_setting
 from .grid import require_times
 from .jobmodel import require_one_job_model
@@ -74,6 +80,12 @@ class GreenConfig(BaseModel):
         lt=1,
         description="wattsched-green weight: the most a slower clock stretches a job",
     )
+    scale_tolerance: float = Field(
+        DEFAULT_SCALE_TOLERANCE,
+        ge=0,
+        lt=1,
+        description="wattsched-green weight: the most extra energy per unit of work a wider GPU count may cost",
+    )
     ablation: bool = Field(True, description="also run wattsched-green with each mechanism off in turn")
     compared: list[str] = Field(
         default_factory=lambda: list(COMPARED),
@@ -95,10 +107,11 @@ class GreenConfig(BaseModel):
 
 def green_variants(cfg: GreenConfig) -> dict[str, str]:
     """Label -> registered policy name of the wattsched-green runs: the full policy, then each mechanism off."""
-    w, s = cfg.usd_per_job_hour, cfg.max_slowdown
+    w, s, g = cfg.usd_per_job_hour, cfg.max_slowdown, cfg.scale_tolerance
     weights = {
         "usd_per_job_hour": None if w == DEFAULT_USD_PER_JOB_HOUR else w,
         "max_slowdown": None if s == DEFAULT_MAX_SLOWDOWN else s,
+        "scale_tolerance": None if g == DEFAULT_SCALE_TOLERANCE else g,
     }
     out = {GREEN: green_name((), **weights)}
     if cfg.ablation:

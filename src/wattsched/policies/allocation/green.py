@@ -73,9 +73,9 @@ BURST_HISTORY_S = 86400.0  # right-sizing: the forecast looks back one day
 POWER_LIMIT_LEVELS = 6  # limits tried per GPU type, evenly from its lowest to the default
 PLACEMENT_ON = "pwr_200_fgd_800"
 PLACEMENT_OFF = "best-fit"
-DEFAULT_USD_PER_JOB_HOUR = 0.05
+DEFAULT_USD_PER_JOB_HOUR = 0.2
 DEFAULT_MAX_SLOWDOWN = 0.10
-DEFAULT_SCALE_TOLERANCE = 0.05
+DEFAULT_SCALE_TOLERANCE = 0.3
 
 
 class WattschedGreen(AllocationPolicy):
