@@ -111,7 +111,7 @@ def test_forecast_is_the_busiest_boot_window_of_the_last_day(arrivals, now):
     policy._gpus_cum = np.concatenate([[0.0], np.cumsum(jobs.num_gpu[order].astype(float))])
     seen = [(t, g) for t, g in arrivals if now - green.BURST_HISTORY_S <= t <= now]
     expected = max((sum(g for u, g in seen if t <= u <= t + BURST_WINDOW_S) for t, _ in seen), default=0.0)
-    assert policy._forecast_gpus(now) == pytest.approx(expected)
+    assert policy._burst_gpus(now) == pytest.approx(expected)
 
 
 # --- mechanisms in the simulator ------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   jobs that start while no other job waits for GPUs; when jobs wait, starts get the default limit and running
   jobs below it are set back to it (HKBU-DVFS' rule). Off: the default setting;
 * **right-sizing**: headroom for the demand forecast (the most GPUs that arrived within any boot window over the
-  last day, ``Decision.keep_free_gpus``), so that the run's power manager switches off what is not needed and keeps
-  what arrivals need. Off: no headroom asked (the power manager alone);
+  last day, counting only what cannot wait for a boot: services, jobs without a deadline, jobs with less than an
+  hour of slack; ``Decision.keep_free_gpus``), so that the run's power manager switches off what is not needed and
+  keeps what those arrivals need. Off: no headroom asked (the power manager alone);
 * **price-shift**: a training job with a deadline waits for a cheaper hour of the day-ahead prices when the money
   its energy saves there is worth the delay: ``saving_usd - usd_per_job_hour x delay_h > 0`` at the best start
   hour that still meets its deadline (with ``DEADLINE_MARGIN_S``) (CE-DLA's price-aware timing, as a rule per job).
@@ -66,7 +67,9 @@ MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shi
 SLOT_S = 3600.0  # day-ahead prices are hourly
 HORIZON_H = 24  # hours of prices looked ahead
 DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
-URGENT_SLACK_S = 3600.0  # a job with less slack than this runs first, never deferred or slowed
+URGENT_SLACK_S = (
+    3600.0  # a job with less slack than this runs first (earliest deadline first) and is never deferred
+)
 STRICT_AFTER_S = 4 * 3600.0  # a job waiting this long stops backfill behind it (no starvation of large jobs)
 BURST_WINDOW_S = 600.0  # right-sizing: arrivals within a boot (300 s) and a round
 BURST_HISTORY_S = 86400.0  # right-sizing: the forecast looks back one day
@@ -149,10 +152,24 @@ class WattschedGreen(AllocationPolicy):
         self.service = jobs.job_class != TRAINING
         self.deadline = jobs.deadline_s
         self.gpus = np.maximum(jobs.num_gpu, 0).astype(np.int64)
-        self._by_submit = np.argsort(jobs.submit_s, kind="stable")
-        self._submit_sorted = jobs.submit_s[self._by_submit]
+        # Right-sizing's forecast counts the arrivals that cannot wait for a node to boot: services, training jobs
+        # without a deadline, and those whose deadline leaves less than `URGENT_SLACK_S` of slack (from the trace
+        # duration: clairvoyant, as the queue order). Work with slack waits for a boot (300 s) instead.
+        slack = jobs.deadline_s - DEADLINE_MARGIN_S - jobs.submit_s - jobs.duration_s
+        cannot_wait = ~self.service & (np.isnan(jobs.deadline_s) | (slack < URGENT_SLACK_S))
+        # Services' GPUs per hour are known ahead (a day-ahead forecast, as cedla plans them): the headroom is their
+        # growth into the next hour.
+        hours = np.floor(jobs.submit_s[self.service] / SLOT_S).astype(np.int64)
+        # A service wider than a node takes whole nodes (consolidated): its headroom is whole nodes.
+        wide = self.gpus > self.gpus_per_node
+        whole = np.where(wide, -(-self.gpus // self.gpus_per_node) * self.gpus_per_node, self.gpus)
+        weights = (whole * jobs.gpu_milli / 1000.0)[self.service]
+        self._service_gpus = np.bincount(hours, weights=weights) if hours.size else np.zeros(0)
+        watched = np.flatnonzero(cannot_wait)
+        by_submit = watched[np.argsort(jobs.submit_s[watched], kind="stable")]
+        self._submit_sorted = jobs.submit_s[by_submit]
         self._gpus_cum = np.concatenate(
-            [[0.0], np.cumsum(self.gpus[self._by_submit] * jobs.gpu_milli[self._by_submit] / 1000.0)]
+            [[0.0], np.cumsum(self.gpus[by_submit] * jobs.gpu_milli[by_submit] / 1000.0)]
         )
         self._seconds_per_work = np.full(len(jobs), np.nan)
         self._watts = np.full(len(jobs), np.nan)  # draw of the job at the default setting (GPUs + base share)
@@ -285,6 +302,19 @@ class WattschedGreen(AllocationPolicy):
 
     # --- right-sizing -----------------------------------------------------------------------------------------
     def _forecast_gpus(self, now: float) -> float:
+        """Headroom: the services' growth into the next hour, plus the most GPUs that arrived (of jobs that cannot
+        wait for a boot) within any `BURST_WINDOW_S` over the last `BURST_HISTORY_S`."""
+        return self._service_growth(now) + self._burst_gpus(now)
+
+    def _service_growth(self, now: float) -> float:
+        hour = int(now // SLOT_S)
+        demand = self._service_gpus
+        this = float(demand[hour]) if 0 <= hour < demand.size else 0.0
+        nxt = float(demand[hour + 1]) if 0 <= hour + 1 < demand.size else 0.0
+        del this
+        return nxt
+
+    def _burst_gpus(self, now: float) -> float:
         """The most GPUs that arrived within any `BURST_WINDOW_S` over the last `BURST_HISTORY_S`."""
         lo = int(np.searchsorted(self._submit_sorted, now - BURST_HISTORY_S, side="left"))
         hi = int(np.searchsorted(self._submit_sorted, now, side="right"))
@@ -345,11 +375,7 @@ class WattschedGreen(AllocationPolicy):
             if blocked and not self.service[job]:
                 waiting_after.append(job)
                 continue
-            if (
-                spare >= 1
-                and not self.service[job]
-                and self._slack_s(job, now, left_of[job]) >= URGENT_SLACK_S
-            ):
+            if spare >= 1 and not self.service[job] and self._slack_s(job, now, left_of[job]) >= 0:
                 count = self._wider(job, spare)
                 if count > self.gpus[job]:
                     wide = plan.place(job, self._placement_for(count), num_gpu=count)
@@ -359,17 +385,21 @@ class WattschedGreen(AllocationPolicy):
                         starts.append(job)
                         continue
             found = plan.place(job, self._placement_for(int(self.gpus[job])))
+            if found is None and self.service[job] and self.gpus[job] > self.gpus_per_node:
+                # A service must not wait: without whole nodes free it takes GPUs wherever they are.
+                found = plan.place(job, self.placement)
             if found is None:
                 waiting_after.append(job)
                 if not self.service[job] and now - float(self.jobs.submit_s[job]) >= STRICT_AFTER_S:
                     blocked = True  # no backfill past a job that has waited long
                 continue
             starts.append(job)
-        # Clocks: slow only when nobody waits for GPUs; else what runs slow goes back to the default.
+        # Clocks: slow only when no job waits for more GPUs than the whole cluster has free (waiting for a node to
+        # boot does not count); else what runs slow goes back to the default.
         if self.on("clocks"):
-            if not waiting_after:
+            if not self._contended(plan, waiting_after):
                 for job in starts:
-                    if self.service[job] or self._slack_s(job, now, left_of[job]) < URGENT_SLACK_S:
+                    if self.service[job] or self._slack_s(job, now, left_of[job]) < 0:
                         continue
                     setting = self._clock(job, now, left_of[job])
                     if setting is not DEFAULT_SETTING:
@@ -391,6 +421,13 @@ class WattschedGreen(AllocationPolicy):
         decision = plan.decision(running, wake_at=wake, defer=defer, undefer=undefer)
         decision.keep_free_gpus = headroom
         return decision
+
+    def _contended(self, plan: Plan, waiting: list[int]) -> bool:
+        """Whether the jobs left waiting ask for more GPUs than are free on every node, powered or not."""
+        if not waiting:
+            return False
+        demand = float((self.gpus[waiting] * self.jobs.gpu_milli[waiting] / 1000.0).sum())
+        return demand > float(plan.state.free_gpus.sum())
 
     def _placement_for(self, count: int):
         return self.gang_placement if count > self.gpus_per_node else self.placement
