@@ -247,3 +247,35 @@ def test_ablation_names_what_each_mechanism_contributes():
     assert table.loc["clocks", "contributes"] == "lowers energy, cost; raises mean JCT"
     assert table.loc["queue", "contributes"].startswith("nothing measurable")
     assert contribution({"energy": float("nan")}).startswith("nothing")
+
+
+# --- the experiment end to end ----------------------------------------------------------------------------------
+def test_experiment_runs_the_ablation_and_the_seeds_and_writes_the_verdict(market, tmp_path):
+    from wattsched.experiments.green import GreenConfig
+    from wattsched.experiments.protocol import experiment, run_experiment
+
+    rows = ["job_id,submit_time,duration,num_gpu"]
+    rows += [f"j{i},{i * 900},{3600 * (1 + i % 3)},{1 + i % 4}" for i in range(12)]
+    (market / "jobs.csv").write_text("\n".join(rows) + "\n")
+    cfg = GreenConfig(
+        workload=str(market / "jobs.csv"), cluster=str(market / "c.yaml"), price_csv=str(market / "p.csv"),
+        services="none", compared=["fifo", "cedla"],
+    )  # fmt: skip
+    out = run_experiment(experiment("green"), cfg, tmp_path / "out", workers=1, plots=False)
+    policies = out.records["policy"].tolist()
+    assert policies[0] == "wattsched-green"
+    assert {f"wattsched-green -{m}" for m in MECHANISMS} | {"fifo", "cedla"} <= set(policies)
+    verdict = pd.read_csv(tmp_path / "out" / "verdict.csv")
+    assert set(verdict["compared"]) == {"cedla", "fifo"}
+    assert verdict["dominates on (energy, JCT)"].dtype == bool
+    assert len(pd.read_csv(tmp_path / "out" / "ablation.csv")) == len(MECHANISMS)
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Domination verdict" in summary and "## Ablation" in summary
+
+
+def test_experiment_refuses_an_unknown_seed(market):
+    from wattsched.core.errors import UnknownNameError
+    from wattsched.experiments.green import Green, GreenConfig
+
+    with pytest.raises(UnknownNameError, match="nosuch"):
+        Green().grid(GreenConfig(workload=str(market / "jobs.csv"), compared=["nosuch"]))

@@ -67,7 +67,9 @@ class GreenConfig(BaseModel):
         None, ge=0, description="keep the first N training jobs by submission (0: all)"
     )
     deadline_slack: float = Field(3.0, description="training deadline = submit + slack x duration")
-    services: str = Field("default", description="inference services: 'default' or a rates CSV")
+    services: str | None = Field(
+        "default", description="inference services: 'default' or a rates CSV (none: training jobs only)"
+    )
     power_manager: str = Field("idle-timeout", description="the one power manager of every run")
     usd_per_job_hour: float = Field(
         DEFAULT_USD_PER_JOB_HOUR,
@@ -133,7 +135,7 @@ def run_config(cfg: GreenConfig, policy: dict[str, Any]) -> SimulationConfig:
         signal_fill=cfg.signal_fill,
         signal_max_gap_hours=cfg.signal_max_gap_hours,
         deadline_slack=cfg.deadline_slack,
-        services=cfg.services,
+        services=None if cfg.services in (None, "", "none") else cfg.services,
         max_jobs=cfg.max_jobs or None,
         data_dir=cfg.data_dir,
         performance="tables",  # one job model for queue + placement and allocation policies alike
