@@ -67,9 +67,8 @@ MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shi
 SLOT_S = 3600.0  # day-ahead prices are hourly
 HORIZON_H = 24  # hours of prices looked ahead
 DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
-URGENT_SLACK_S = (
-    3600.0  # a job with less slack than this runs first (earliest deadline first) and is never deferred
-)
+# A job with less slack than this runs first (earliest deadline first) and is never deferred.
+URGENT_SLACK_S = 3600.0
 STRICT_AFTER_S = 4 * 3600.0  # a job waiting this long stops backfill behind it (no starvation of large jobs)
 BURST_WINDOW_S = 600.0  # right-sizing: arrivals within a boot (300 s) and a round
 BURST_HISTORY_S = 86400.0  # right-sizing: the forecast looks back one day
@@ -152,13 +151,13 @@ class WattschedGreen(AllocationPolicy):
         self.service = jobs.job_class != TRAINING
         self.deadline = jobs.deadline_s
         self.gpus = np.maximum(jobs.num_gpu, 0).astype(np.int64)
-        # Right-sizing's forecast counts the arrivals that cannot wait for a node to boot: services, training jobs
-        # without a deadline, and those whose deadline leaves less than `URGENT_SLACK_S` of slack (from the trace
-        # duration: clairvoyant, as the queue order). Work with slack waits for a boot (300 s) instead.
+        # Right-sizing's burst counts the training arrivals that cannot wait for a node to boot: jobs without a
+        # deadline, and those whose deadline leaves less than `URGENT_SLACK_S` of slack (from the trace duration:
+        # clairvoyant, as the queue order). Work with slack waits for a boot (300 s) instead.
         slack = jobs.deadline_s - DEADLINE_MARGIN_S - jobs.submit_s - jobs.duration_s
         cannot_wait = ~self.service & (np.isnan(jobs.deadline_s) | (slack < URGENT_SLACK_S))
-        # Services' GPUs per hour are known ahead (a day-ahead forecast, as cedla plans them): the headroom is their
-        # growth into the next hour.
+        # Services' GPUs per hour are known ahead (a day-ahead forecast, as cedla plans them): the headroom keeps
+        # the next hour's free beside this hour's (their growth alone left 775 late service-hours on Philly).
         hours = np.floor(jobs.submit_s[self.service] / SLOT_S).astype(np.int64)
         # A service wider than a node takes whole nodes (consolidated): its headroom is whole nodes.
         wide = self.gpus > self.gpus_per_node
@@ -172,7 +171,6 @@ class WattschedGreen(AllocationPolicy):
             [[0.0], np.cumsum(self.gpus[by_submit] * jobs.gpu_milli[by_submit] / 1000.0)]
         )
         self._seconds_per_work = np.full(len(jobs), np.nan)
-        self._watts = np.full(len(jobs), np.nan)  # draw of the job at the default setting (GPUs + base share)
         self._levels: dict[int, list[tuple[GpuSetting, float, float]]] = {}
         self._slowed: set[int] = set()  # running jobs below the default setting
 
@@ -302,17 +300,15 @@ class WattschedGreen(AllocationPolicy):
 
     # --- right-sizing -----------------------------------------------------------------------------------------
     def _forecast_gpus(self, now: float) -> float:
-        """Headroom: the services' growth into the next hour, plus the most GPUs that arrived (of jobs that cannot
-        wait for a boot) within any `BURST_WINDOW_S` over the last `BURST_HISTORY_S`."""
-        return self._service_growth(now) + self._burst_gpus(now)
+        """Headroom: the services' GPUs of the next hour, plus the most GPUs that arrived (of training jobs that
+        cannot wait for a boot) within any `BURST_WINDOW_S` over the last `BURST_HISTORY_S`."""
+        return self._next_hour_services(now) + self._burst_gpus(now)
 
-    def _service_growth(self, now: float) -> float:
-        hour = int(now // SLOT_S)
+    def _next_hour_services(self, now: float) -> float:
+        """The services' GPUs of the next hour (whole nodes for a service wider than one)."""
+        nxt = int(now // SLOT_S) + 1
         demand = self._service_gpus
-        this = float(demand[hour]) if 0 <= hour < demand.size else 0.0
-        nxt = float(demand[hour + 1]) if 0 <= hour + 1 < demand.size else 0.0
-        del this
-        return nxt
+        return float(demand[nxt]) if 0 <= nxt < demand.size else 0.0
 
     def _burst_gpus(self, now: float) -> float:
         """The most GPUs that arrived within any `BURST_WINDOW_S` over the last `BURST_HISTORY_S`."""
