@@ -11,6 +11,7 @@ EXPERIMENT_MODULES: dict[str, str] = {
     "cedla": "cedla",
     "eaco": "eaco",
     "fgd-pwr": "fgd_pwr",
+    "green": "green",
     "hkbu-dag": "hkbu_dag",
     "hkbu-dvfs": "hkbu_dvfs",
     "hkbu-online-pd": "hkbu_online_pd",

@@ -4,6 +4,7 @@ from . import cedla as _cedla  # noqa: F401
 from . import eaco as _eaco  # noqa: F401
 from . import gandiva as _gandiva  # noqa: F401
 from . import gavel_fifo as _gavel_fifo  # noqa: F401
+from . import green as _green  # noqa: F401
 from . import hkbu_dag as _hkbu_dag  # noqa: F401
 from . import hkbu_dvfs as _hkbu_dvfs  # noqa: F401
 from . import hkbu_online_pd as _hkbu_online_pd  # noqa: F401

@@ -1,0 +1,520 @@
+"""``wattsched-green``: one energy-aware allocation policy that turns the seed systems' knobs together
+(docs/green.md).
+
+Every round (and on arrivals and completions) it decides, for the waiting jobs:
+
+* **queue** (order): inference services first; then training jobs whose deadline cannot wait (earliest deadline
+  first); then the rest by highest response ratio ``(waited + remaining) / remaining``, where `remaining` is the
+  job's time left at its trace GPU count from the performance model (clairvoyant: it knows each job's work, as the
+  trace gives it). Short jobs go first, and a long job's ratio grows while it waits, so none starves. Off: arrival
+  order (FIFO). Either way a job that does not fit now lets later ones start (backfill), until the first job that
+  has waited ``STRICT_AFTER_S`` blocks the queue behind it;
+* **placement**: the PWR+FGD score (``policies/pwr.py``, ``pwr_200_fgd_800``: power increase and fragmentation
+  growth of each candidate node). Off: best-fit;
+* **clocks**: the GPU power limit of the least energy per unit of work (the job's GPU draw plus its share of the
+  node's base draw, over its speed: ``energy/dvfs.py`` through ``perf/model.py``, as HKBU-DVFS and Zeus choose),
+  among the limits at most ``max_slowdown`` slower than the default and that still meet the job's deadline, for
+  jobs that start while no other job waits for GPUs; when jobs wait, starts get the default limit and running
+  jobs below it are set back to it (HKBU-DVFS' rule). Off: the default setting;
+* **right-sizing**: headroom for the demand forecast (the most GPUs that arrived within any boot window over the
+  last day, counting only what cannot wait for a boot: services, jobs without a deadline, jobs with less than an
+  hour of slack; ``Decision.keep_free_gpus``), so that the run's power manager switches off what is not needed and
+  keeps what those arrivals need. Off: no headroom asked (the power manager alone);
+* **price-shift**: a training job with a deadline waits for a cheaper hour of the day-ahead prices when the money
+  its energy saves there is worth the delay: ``saving_usd - usd_per_job_hour x delay_h > 0`` at the best start
+  hour that still meets its deadline (with ``DEADLINE_MARGIN_S``) (CE-DLA's price-aware timing, as a rule per job).
+  Off: nothing waits on purpose. Without a price signal it has nothing to act on and idles (the run is not refused:
+  the other mechanisms stand alone; ``rounds_with_prices`` in the summary says whether it saw prices).
+
+The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
+against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time). Deadlines and
+services are hard constraints: urgent jobs and services are never deferred nor slowed.
+
+Names: ``wattsched-green`` with every mechanism, ``wattsched-green-no-<mechanism>[-no-<mechanism>...]`` with
+some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>`` and ``-g<scale_tolerance>`` suffixes for
+the weights, e.g.
+``wattsched-green-no-clocks-w0.5``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ...core.gpus import gpu_model
+from ...core.jobs import TRAINING
+from ...core.settings import DEFAULT_SETTING, GpuSetting
+from ...energy.dvfs import power_limit_range
+from ...energy.power_models import idle_node_draw_w
+from ..base import PLACEMENT_POLICIES
+from ..contract import (
+    ALLOCATION_POLICIES,
+    AllocationPolicy,
+    BindContext,
+    Capability,
+    ClusterView,
+    Decision,
+    Target,
+)
+from ..planning import Consolidated, Plan, held_target, job_gpu_codes
+
+NAME = "wattsched-green"
+MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift")
+SLOT_S = 3600.0  # day-ahead prices are hourly
+HORIZON_H = 24  # hours of prices looked ahead
+DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
+# A job with less slack than this runs first (earliest deadline first) and is never deferred.
+URGENT_SLACK_S = 3600.0
+STRICT_AFTER_S = 4 * 3600.0  # a job waiting this long stops backfill behind it (no starvation of large jobs)
+BURST_WINDOW_S = 600.0  # right-sizing: arrivals within a boot (300 s) and a round
+BURST_HISTORY_S = 86400.0  # right-sizing: the forecast looks back one day
+POWER_LIMIT_LEVELS = 6  # limits tried per GPU type, evenly from its lowest to the default
+PLACEMENT_ON = "pwr_200_fgd_800"
+PLACEMENT_OFF = "best-fit"
+DEFAULT_USD_PER_JOB_HOUR = 0.2
+DEFAULT_MAX_SLOWDOWN = 0.10
+DEFAULT_SCALE_TOLERANCE = 0.3
+
+
+class WattschedGreen(AllocationPolicy):
+    name = NAME
+    description = (
+        "joint queue order, PWR+FGD placement, energy-optimal power limits, forecast right-sizing and price-aware "
+        "timing under one objective (wattsched-green)"
+    )
+    decide_on_arrival = True
+    decide_on_completion = True
+    default_round_s = 300.0
+    needs_models = True
+    learned_state = ("_slowed",)
+
+    def __init__(
+        self,
+        mechanisms: Iterable[str] = MECHANISMS,
+        usd_per_job_hour: float = DEFAULT_USD_PER_JOB_HOUR,
+        max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
+        scale_tolerance: float = DEFAULT_SCALE_TOLERANCE,
+    ) -> None:
+        chosen = set(mechanisms)
+        unknown = sorted(chosen - set(MECHANISMS))
+        if unknown:
+            raise ValueError(
+                f"unknown wattsched-green mechanism(s) {unknown}; known: {', '.join(MECHANISMS)}"
+            )
+        if usd_per_job_hour < 0 or not math.isfinite(usd_per_job_hour):
+            raise ValueError(f"usd_per_job_hour must be a finite number >= 0, got {usd_per_job_hour}")
+        if not 0 <= max_slowdown < 1:
+            raise ValueError(f"max_slowdown must lie in [0, 1), got {max_slowdown}")
+        if not 0 <= scale_tolerance < 1:
+            raise ValueError(f"scale_tolerance must lie in [0, 1), got {scale_tolerance}")
+        self.scale_tolerance = float(scale_tolerance)
+        self.mechanisms = frozenset(chosen)
+        self.usd_per_job_hour = float(usd_per_job_hour)
+        self.max_slowdown = float(max_slowdown)
+        self.placement = PLACEMENT_POLICIES.create(PLACEMENT_ON if "placement" in chosen else PLACEMENT_OFF)
+        # A job wider than a node: whole nodes under one switch (Tiresias' rule), so it runs at its consolidated
+        # speed (a gang across switches runs slower in the performance tables).
+        self.gang_placement = Consolidated()
+        self.deferrals = 0
+        self.slowed_starts = 0
+        self.widened_starts = 0
+        self.priced_rounds = 0  # rounds that saw day-ahead prices (price-shift idles without them)
+
+    def on(self, mechanism: str) -> bool:
+        return mechanism in self.mechanisms
+
+    def required_capabilities(self, params) -> frozenset[Capability]:
+        needs = set()
+        if self.on("clocks"):
+            needs.add(Capability.SETS_GPU_SETTINGS)
+        if self.on("gpus"):
+            needs.add(Capability.RESIZES)
+        return frozenset(needs)
+
+    def bind(self, ctx: BindContext) -> None:
+        spec, jobs = ctx.spec, ctx.jobs
+        self.placement.bind(spec, ctx.rng, ctx.node_rank)
+        self.placement.prepare(jobs, spec)  # FGD scores against the workload's typical requests
+        self.gang_placement.bind(spec, ctx.rng, ctx.node_rank)
+        self.jobs, self.spec, self.perf = jobs, spec, ctx.perf
+        self.codes = job_gpu_codes(ctx)
+        self.gpus_per_node = max(int(spec.gpu_count.max()), 1) if spec.num_nodes else 1
+        # A GPU's share of its node's base draw (CPU sockets, board): what a slower or later run also pays.
+        node_idle = idle_node_draw_w(spec) if spec.num_nodes else np.zeros(1)
+        code0 = int(max(spec.gpu_model_code[0], 0)) if spec.num_nodes else 0
+        gpu_idle = float(gpu_model(spec.gpu_models[code0]).idle_w) if spec.num_nodes else 0.0
+        self.base_share_w = max(float(np.mean(node_idle)) / self.gpus_per_node - gpu_idle, 0.0)
+        self.service = jobs.job_class != TRAINING
+        self.deadline = jobs.deadline_s
+        self.gpus = np.maximum(jobs.num_gpu, 0).astype(np.int64)
+        # Right-sizing's burst counts the training arrivals that cannot wait for a node to boot: jobs without a
+        # deadline, and those whose deadline leaves less than `URGENT_SLACK_S` of slack (from the trace duration:
+        # clairvoyant, as the queue order). Work with slack waits for a boot (300 s) instead.
+        slack = jobs.deadline_s - DEADLINE_MARGIN_S - jobs.submit_s - jobs.duration_s
+        cannot_wait = ~self.service & (np.isnan(jobs.deadline_s) | (slack < URGENT_SLACK_S))
+        # Services' GPUs per hour are known ahead (a day-ahead forecast, as cedla plans them): the headroom keeps
+        # the next hour's free beside this hour's (their growth alone left 775 late service-hours on Philly).
+        hours = np.floor(jobs.submit_s[self.service] / SLOT_S).astype(np.int64)
+        # A service wider than a node takes whole nodes (consolidated): its headroom is whole nodes.
+        wide = self.gpus > self.gpus_per_node
+        whole = np.where(wide, -(-self.gpus // self.gpus_per_node) * self.gpus_per_node, self.gpus)
+        weights = (whole * jobs.gpu_milli / 1000.0)[self.service]
+        self._service_gpus = np.bincount(hours, weights=weights) if hours.size else np.zeros(0)
+        watched = np.flatnonzero(cannot_wait)
+        by_submit = watched[np.argsort(jobs.submit_s[watched], kind="stable")]
+        self._submit_sorted = jobs.submit_s[by_submit]
+        self._gpus_cum = np.concatenate(
+            [[0.0], np.cumsum(self.gpus[by_submit] * jobs.gpu_milli[by_submit] / 1000.0)]
+        )
+        self._seconds_per_work = np.full(len(jobs), np.nan)
+        self._levels: dict[int, list[tuple[GpuSetting, float, float]]] = {}
+        self._slowed: set[int] = set()  # running jobs below the default setting
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "mechanisms": [m for m in MECHANISMS if self.on(m)],
+            "off": [m for m in MECHANISMS if not self.on(m)],
+            "usd_per_job_hour": self.usd_per_job_hour,
+            "max_slowdown": self.max_slowdown,
+            "scale_tolerance": self.scale_tolerance,
+            "queue_order": "services, urgent by deadline, then highest response ratio on known remaining time "
+            "(clairvoyant)"
+            if self.on("queue")
+            else "arrival order",
+            "placement": PLACEMENT_ON if self.on("placement") else PLACEMENT_OFF,
+            "deferrals": self.deferrals,
+            "slowed_starts": self.slowed_starts,
+            "widened_starts": self.widened_starts,
+            "rounds_with_prices": self.priced_rounds,
+        }
+
+    # --- one job's numbers ----------------------------------------------------------------------------------
+    def _shape(self, job: int) -> tuple[int, int, int, int]:
+        n = max(int(self.gpus[job]), 1)
+        return int(self.codes[job]), n, -(-n // self.gpus_per_node), 1
+
+    def _seconds_left(self, view: ClusterView, jobs: np.ndarray) -> np.ndarray:
+        """Time left at the trace GPU count and the default setting (fixed seconds per unit of work)."""
+        per = self._seconds_per_work[jobs]
+        for k in np.flatnonzero(np.isnan(per)).tolist():
+            j = int(jobs[k])
+            code, n, nodes, switches = self._shape(j)
+            rate = self.perf.solo_rate(j, code, n, nodes, switches, DEFAULT_SETTING) if code >= 0 else 1.0
+            per[k] = self._seconds_per_work[j] = 1.0 / max(rate, 1e-12)
+        return view.remaining_work(jobs) * per
+
+    def _draw_w(self, job: int, setting: GpuSetting) -> float:
+        code, n, _, _ = self._shape(job)
+        if code < 0:
+            return n * self.base_share_w
+        return n * (self.perf.gpu_power_w(job, code, setting) + self.base_share_w)
+
+    def _slack_s(self, job: int, now: float, seconds_left: float) -> float:
+        d = self.deadline[job]
+        return math.inf if math.isnan(d) else float(d) - DEADLINE_MARGIN_S - now - seconds_left
+
+    # --- GPU counts -------------------------------------------------------------------------------------------
+    def _wider(self, job: int, spare: float) -> int:
+        """The most GPUs (the trace count times a power of two, within the job's measured scaling and `spare`)
+        whose energy per unit of work is at most ``1 + scale_tolerance`` times that at the trace count: the
+        job finishes sooner for (almost) the same energy. The trace count when none is."""
+        code, n, _, _ = self._shape(job)
+        if code < 0 or not self.perf.has_table(job, code):
+            return n
+        top = min(self.perf.max_gpus(job, code), n + int(spare))
+        base = self._energy_per_work(job, code, n)
+        best, count = n, 2 * n
+        while count <= top:
+            if self._energy_per_work(job, code, count) > base * (1.0 + self.scale_tolerance):
+                break
+            best, count = count, 2 * count
+        return best
+
+    def _energy_per_work(self, job: int, code: int, count: int) -> float:
+        nodes = -(-count // self.gpus_per_node)
+        rate = self.perf.solo_rate(job, code, count, nodes, 1, DEFAULT_SETTING)
+        return (
+            count * (self.perf.gpu_power_w(job, code, DEFAULT_SETTING) + self.base_share_w) / max(rate, 1e-12)
+        )
+
+    # --- clocks -----------------------------------------------------------------------------------------------
+    def _limits(self, code: int) -> list[tuple[GpuSetting, float, float]]:
+        """(setting, speed, power scale) of each power limit tried on a GPU type, lowest limit first."""
+        levels = self._levels.get(code)
+        if levels is None:
+            lo, hi = power_limit_range(self.spec.gpu_models[code])
+            settings = [
+                GpuSetting(power_limit_fraction=float(f))
+                for f in np.linspace(lo, hi, POWER_LIMIT_LEVELS)[:-1]
+            ]
+            levels = [(s, self.perf.speed(code, s), self.perf.power_scale(code, s)) for s in settings]
+            levels.append((DEFAULT_SETTING, 1.0, 1.0))
+            self._levels[code] = levels
+        return levels
+
+    def _clock(self, job: int, now: float, seconds_left: float) -> GpuSetting:
+        """The least energy per unit of work within the slowdown bound and the deadline."""
+        code = int(self.codes[job])
+        if code < 0:
+            return DEFAULT_SETTING
+        best, best_energy = DEFAULT_SETTING, self._draw_w(job, DEFAULT_SETTING)  # J per second at speed 1
+        slack = self._slack_s(job, now, seconds_left)
+        for setting, speed, _ in self._limits(code):
+            if setting is DEFAULT_SETTING or speed <= 0 or 1.0 / speed - 1.0 > self.max_slowdown + 1e-12:
+                continue
+            if seconds_left * (1.0 / speed - 1.0) > slack:
+                continue
+            energy = self._draw_w(job, setting) / speed
+            if energy < best_energy - 1e-9:
+                best, best_energy = setting, energy
+        return best
+
+    # --- price-shift ------------------------------------------------------------------------------------------
+    def _best_start(self, view: ClusterView, job: int, seconds_left: float, prices: np.ndarray) -> float:
+        """The start time (now, or a later hour's start) of the best value ``saving - weight x delay``; now
+        when no later hour is worth it or the deadline cannot wait."""
+        now = view.now
+        slack = self._slack_s(job, now, seconds_left)
+        if not math.isfinite(slack) or slack < SLOT_S:
+            return now
+        hour_start = math.floor(now / SLOT_S) * SLOT_S
+        span = max(1, math.ceil(seconds_left / SLOT_S))
+        latest = min(int(slack // SLOT_S), len(prices) - 1)
+        if latest < 1:
+            return now
+        # Mean price over the hours a run starting at hour k covers (within the prices known).
+        cum = np.concatenate([[0.0], np.cumsum(prices)])
+        k = np.arange(latest + 1)
+        end = np.minimum(k + span, len(prices))
+        mean = (cum[end] - cum[k]) / np.maximum(end - k, 1)
+        kwh = self._draw_w(job, DEFAULT_SETTING) * seconds_left / 3.6e6
+        delay_h = np.maximum(hour_start + k * SLOT_S - now, 0.0) / 3600.0
+        value = kwh * (mean[0] - mean) / 1000.0 - self.usd_per_job_hour * delay_h
+        value[0] = 0.0
+        best = int(np.argmax(value))
+        return now if best == 0 or value[best] <= 0 else hour_start + best * SLOT_S
+
+    # --- right-sizing -----------------------------------------------------------------------------------------
+    def _forecast_gpus(self, now: float) -> float:
+        """Headroom: the services' GPUs of the next hour, plus the most GPUs that arrived (of training jobs that
+        cannot wait for a boot) within any `BURST_WINDOW_S` over the last `BURST_HISTORY_S`."""
+        return self._next_hour_services(now) + self._burst_gpus(now)
+
+    def _next_hour_services(self, now: float) -> float:
+        """The services' GPUs of the next hour (whole nodes for a service wider than one)."""
+        nxt = int(now // SLOT_S) + 1
+        demand = self._service_gpus
+        return float(demand[nxt]) if 0 <= nxt < demand.size else 0.0
+
+    def _burst_gpus(self, now: float) -> float:
+        """The most GPUs that arrived within any `BURST_WINDOW_S` over the last `BURST_HISTORY_S`."""
+        lo = int(np.searchsorted(self._submit_sorted, now - BURST_HISTORY_S, side="left"))
+        hi = int(np.searchsorted(self._submit_sorted, now, side="right"))
+        if hi <= lo:
+            return 0.0
+        t = self._submit_sorted[lo:hi]
+        ends = np.searchsorted(self._submit_sorted, t + BURST_WINDOW_S, side="right")
+        ends = np.minimum(ends, hi)
+        starts = np.arange(lo, hi)
+        return float((self._gpus_cum[ends] - self._gpus_cum[starts]).max())
+
+    def _forecast_expiry(self, now: float) -> float | None:
+        """When the oldest arrival the forecast counts leaves its history window."""
+        lo = int(np.searchsorted(self._submit_sorted, now - BURST_HISTORY_S, side="left"))
+        if lo >= self._submit_sorted.size or self._submit_sorted[lo] > now:
+            return None
+        return float(self._submit_sorted[lo]) + BURST_HISTORY_S + 1.0
+
+    # --- the round --------------------------------------------------------------------------------------------
+    def allocate(self, view: ClusterView) -> Decision:
+        now = view.now
+        pending = view.pending_jobs()
+        running = view.running_jobs()
+        self._slowed.intersection_update(running.tolist())
+        headroom = self._forecast_gpus(now) if self.on("right-sizing") else None
+        # The forecast falls when its oldest arrival leaves the history: decide again then, so that headroom for
+        # arrivals long past is given back (and idle nodes switch off) without waiting for the next event.
+        expiry = self._forecast_expiry(now) if headroom else None
+        if pending.size == 0:
+            return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=expiry)
+        left = self._seconds_left(view, pending)
+        order = self._order(view, pending, left)
+        deferred_now = set(view.deferred_jobs().tolist())
+        prices = None
+        if self.on("price-shift"):
+            prices = view.price_ahead_usd_per_mwh(HORIZON_H)
+            self.priced_rounds += prices is not None
+        plan = Plan(view)
+        defer: list[int] = []
+        wake: float | None = None
+        start_later: set[int] = set()
+        left_of = dict(zip(pending.tolist(), left.tolist(), strict=True))
+        if prices is not None and len(prices) > 1:
+            for job in pending.tolist():
+                if self.service[job]:
+                    continue
+                when = self._best_start(view, job, left_of[job], np.asarray(prices, dtype=np.float64))
+                if when > now:
+                    start_later.add(job)
+                    wake = when if wake is None else min(wake, when)
+        waiting_after: list[int] = []
+        starts: list[int] = []
+        blocked = False
+        spare = self._spare_gpus(plan, pending, start_later, headroom) if self.on("gpus") else 0.0
+        for job in order:
+            if job in start_later:
+                continue
+            if blocked and not self.service[job]:
+                waiting_after.append(job)
+                continue
+            if spare >= 1 and not self.service[job] and self._slack_s(job, now, left_of[job]) >= 0:
+                count = self._wider(job, spare)
+                if count > self.gpus[job]:
+                    wide = plan.place(job, self._placement_for(count), num_gpu=count)
+                    if wide is not None:
+                        spare -= count - int(self.gpus[job])
+                        self.widened_starts += 1
+                        starts.append(job)
+                        continue
+            found = plan.place(job, self._placement_for(int(self.gpus[job])))
+            if found is None and self.service[job] and self.gpus[job] > self.gpus_per_node:
+                # A service must not wait: without whole nodes free it takes GPUs wherever they are.
+                found = plan.place(job, self.placement)
+            if found is None:
+                waiting_after.append(job)
+                if not self.service[job] and now - float(self.jobs.submit_s[job]) >= STRICT_AFTER_S:
+                    blocked = True  # no backfill past a job that has waited long
+                continue
+            starts.append(job)
+        # Clocks: slow only when no job waits for more GPUs than the whole cluster has free (waiting for a node to
+        # boot does not count); else what runs slow goes back to the default.
+        if self.on("clocks"):
+            if not self._contended(plan, waiting_after):
+                for job in starts:
+                    if self.service[job] or self._slack_s(job, now, left_of[job]) < 0:
+                        continue
+                    setting = self._clock(job, now, left_of[job])
+                    if setting is not DEFAULT_SETTING:
+                        target = plan.assign[job]
+                        plan.assign[job] = Target(target.placement, target.share_milli, setting)
+                        self._slowed.add(job)
+                        self.slowed_starts += 1
+            elif self._slowed:
+                for job in sorted(self._slowed):
+                    target = held_target(view, job)
+                    plan.release(job)
+                    plan.take(job, Target(target.placement, target.share_milli, DEFAULT_SETTING))
+                self._slowed.clear()
+        defer = sorted(j for j in start_later if j not in deferred_now)
+        self.deferrals += len(defer)
+        undefer = sorted(j for j in deferred_now if j not in start_later)
+        if expiry is not None:
+            wake = expiry if wake is None else min(wake, expiry)
+        decision = plan.decision(running, wake_at=wake, defer=defer, undefer=undefer)
+        decision.keep_free_gpus = headroom
+        return decision
+
+    def _contended(self, plan: Plan, waiting: list[int]) -> bool:
+        """Whether the jobs left waiting ask for more GPUs than are free on every node, powered or not."""
+        if not waiting:
+            return False
+        demand = float((self.gpus[waiting] * self.jobs.gpu_milli[waiting] / 1000.0).sum())
+        return demand > float(plan.state.free_gpus.sum())
+
+    def _placement_for(self, count: int):
+        return self.gang_placement if count > self.gpus_per_node else self.placement
+
+    def _spare_gpus(self, plan: Plan, pending: np.ndarray, later: set[int], headroom: float | None) -> float:
+        """Free GPUs on powered nodes beyond what every waiting job (and the forecast headroom) asks for."""
+        state = plan.state
+        free = float(state.free_gpus[state.available].sum())
+        asked = [j for j in pending.tolist() if j not in later]
+        demand = float((self.gpus[asked] * self.jobs.gpu_milli[asked] / 1000.0).sum()) if asked else 0.0
+        return free - demand - (headroom or 0.0)
+
+    def _order(self, view: ClusterView, pending: np.ndarray, left: np.ndarray) -> list[int]:
+        """Services, then urgent jobs by deadline, then the rest by response ratio (queue on) or arrival."""
+        submit = self.jobs.submit_s[pending]
+        if not self.on("queue"):
+            return pending[np.lexsort((pending, submit, ~self.service[pending]))].tolist()
+        now = view.now
+        deadline = self.deadline[pending]
+        slack = np.where(np.isnan(deadline), np.inf, deadline - DEADLINE_MARGIN_S - now - left)
+        urgent = slack < URGENT_SLACK_S
+        waited = np.maximum(now - submit, 0.0)
+        ratio = (waited + left) / np.maximum(left, 1.0)
+        group = np.where(self.service[pending], 0, np.where(urgent, 1, 2))
+        key = np.where(urgent, np.nan_to_num(deadline, nan=np.inf), -ratio)
+        return pending[np.lexsort((pending, submit, key, group))].tolist()
+
+
+ALLOCATION_POLICIES.register(NAME)(WattschedGreen)
+
+_SUFFIX = re.compile(r"-(w|s|g)(\d+(?:\.\d+)?)$")
+_WEIGHT = {"w": "usd_per_job_hour", "s": "max_slowdown", "g": "scale_tolerance"}
+
+
+def parse_name(name: str) -> dict[str, Any] | None:
+    """The settings a ``wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>]`` name stands for (None: not
+    one of these names)."""
+    if not name.startswith(NAME):
+        return None
+    rest = name[len(NAME) :]
+    params: dict[str, Any] = {}
+    while True:
+        m = _SUFFIX.search(rest)
+        if m is None:
+            break
+        key = _WEIGHT[m.group(1)]
+        if key in params:
+            return None
+        params[key] = float(m.group(2))
+        rest = rest[: m.start()]
+    off: list[str] = []
+    while rest:
+        m = re.match(r"-no-(" + "|".join(re.escape(x) for x in MECHANISMS) + r")(?=-no-|$)", rest)
+        if m is None:
+            return None
+        off.append(m.group(1))
+        rest = rest[m.end() :]
+    if len(set(off)) != len(off):
+        return None
+    params["mechanisms"] = tuple(x for x in MECHANISMS if x not in off)
+    return params
+
+
+def green_name(
+    off: Iterable[str] = (),
+    usd_per_job_hour: float | None = None,
+    max_slowdown: float | None = None,
+    scale_tolerance: float | None = None,
+) -> str:
+    """The registered name of the policy with `off` switched off and the weights given (None: the default; the
+    inverse of :func:`parse_name`)."""
+    name = NAME + "".join(f"-no-{m}" for m in MECHANISMS if m in set(off))
+    for letter, value in (("w", usd_per_job_hour), ("s", max_slowdown), ("g", scale_tolerance)):
+        if value is not None:
+            name += f"-{letter}{_decimal(value)}"
+    return name
+
+
+def _decimal(value: float) -> str:
+    """A weight in plain decimal digits (never an exponent), as :func:`parse_name` reads it."""
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def _resolve(name: str):
+    params = parse_name(name)
+    if params is None or name == NAME:
+        return None
+    return lambda **kw: WattschedGreen(**{**params, **kw})
+
+
+ALLOCATION_POLICIES.register_family(
+    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>]", _resolve
+)

@@ -1,0 +1,281 @@
+"""`wattsched-green`: its names, each mechanism's effect on small simulated fixtures, and the experiment's
+verdict arithmetic (docs/green.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wattsched.experiments.config import SimulationConfig
+from wattsched.experiments.green_tables import (
+    ablation_table,
+    contribution,
+    dominates,
+    pareto_front,
+    verdict_table,
+)
+from wattsched.experiments.run import run_simulation
+from wattsched.policies.allocation.green import (
+    BURST_WINDOW_S,
+    MECHANISMS,
+    WattschedGreen,
+    green_name,
+    parse_name,
+)
+from wattsched.policies.contract import ALLOCATION_POLICIES, Capability
+
+
+# --- names ----------------------------------------------------------------------------------------------------
+def test_every_mechanism_can_be_switched_off_by_name():
+    full = ALLOCATION_POLICIES.create("wattsched-green")
+    assert full.mechanisms == frozenset(MECHANISMS)
+    for m in MECHANISMS:
+        policy = ALLOCATION_POLICIES.create(f"wattsched-green-no-{m}")
+        assert policy.mechanisms == frozenset(MECHANISMS) - {m}
+    both = ALLOCATION_POLICIES.create("wattsched-green-no-clocks-no-price-shift-w0.5-s0.2-g0.3")
+    assert both.mechanisms == frozenset(MECHANISMS) - {"clocks", "price-shift"}
+    assert (both.usd_per_job_hour, both.max_slowdown, both.scale_tolerance) == (0.5, 0.2, 0.3)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "wattsched-green-no-cheese",
+        "wattsched-green-no-clocks-no-clocks",
+        "wattsched-green-w1-w2",
+        "wattsched-greenish",
+    ],
+)
+def test_malformed_names_are_not_policies(name):
+    assert parse_name(name) is None
+    assert name not in ALLOCATION_POLICIES
+
+
+@given(
+    st.sets(st.sampled_from(MECHANISMS)),
+    st.one_of(st.none(), st.floats(0, 100)),
+    st.one_of(st.none(), st.floats(0, 0.99)),
+    st.one_of(st.none(), st.floats(0, 0.99)),
+)
+def test_names_round_trip(off, w, s, g):
+    params = parse_name(green_name(off, w, s, g))
+    assert params is not None
+    assert set(params["mechanisms"]) == set(MECHANISMS) - off
+    for key, value in (("usd_per_job_hour", w), ("max_slowdown", s), ("scale_tolerance", g)):
+        if value is None:
+            assert key not in params
+        else:
+            assert params[key] == pytest.approx(value, abs=1e-6)
+
+
+def test_bad_weights_are_refused():
+    with pytest.raises(ValueError, match="unknown wattsched-green mechanism"):
+        WattschedGreen(mechanisms=("queue", "turbo"))
+    with pytest.raises(ValueError, match="max_slowdown"):
+        WattschedGreen(max_slowdown=1.5)
+    with pytest.raises(ValueError, match="usd_per_job_hour"):
+        WattschedGreen(usd_per_job_hour=-1)
+
+
+def test_capabilities_follow_the_mechanisms():
+    full = WattschedGreen().required_capabilities({})
+    assert {Capability.SETS_GPU_SETTINGS, Capability.RESIZES} <= full
+    bare = WattschedGreen(mechanisms=("queue", "placement", "right-sizing")).required_capabilities({})
+    assert bare == frozenset()
+
+
+# --- the forecast of right-sizing -------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 200_000), st.integers(1, 8)), min_size=1, max_size=40),
+    st.floats(0, 300_000),
+)
+def test_forecast_is_the_busiest_boot_window_of_the_last_day(arrivals, now):
+    from wattsched.core.jobs import JobTable
+    from wattsched.policies.allocation import green
+
+    jobs = JobTable.build(
+        job_id=[f"j{i}" for i in range(len(arrivals))],
+        submit_s=[a for a, _ in arrivals],
+        duration_s=[60.0] * len(arrivals),
+        num_gpu=[g for _, g in arrivals],
+    )
+    policy = WattschedGreen()
+    policy._submit_sorted = np.sort(jobs.submit_s)
+    order = np.argsort(jobs.submit_s, kind="stable")
+    policy._gpus_cum = np.concatenate([[0.0], np.cumsum(jobs.num_gpu[order].astype(float))])
+    seen = [(t, g) for t, g in arrivals if now - green.BURST_HISTORY_S <= t <= now]
+    expected = max((sum(g for u, g in seen if t <= u <= t + BURST_WINDOW_S) for t, _ in seen), default=0.0)
+    assert policy._burst_gpus(now) == pytest.approx(expected)
+
+
+# --- mechanisms in the simulator ------------------------------------------------------------------------------
+@pytest.fixture
+def market(tmp_path):
+    """Price $200/MWh from 00:00 to 12:00 UTC, $20 after; 2 nodes x 4 V100."""
+    rows = ["time,price_usd_per_mwh"]
+    for h in range(24 * 366):
+        t = datetime(2023, 1, 1) + timedelta(hours=h)
+        rows.append(t.strftime("%Y-%m-%dT%H:00:00Z") + ("," + ("200" if t.hour < 12 else "20")))
+    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "c.yaml").write_text(
+        "name: small\nnode_groups:\n  - count: 2\n    gpus: 4\n    gpu_model: V100\n    cpu_milli: 32000\n"
+        "    memory_mib: 262144\n"
+    )
+    return tmp_path
+
+
+def _run(market, rows: list[tuple[float, float, int, float | None]], allocation: str, **more):
+    """rows: (submit s, duration s, GPUs, deadline s after 0 or None)."""
+    with_deadline = any(r[3] is not None for r in rows)
+    header = "job_id,submit_time,duration,num_gpu" + (",deadline_at" if with_deadline else "")
+    lines = [header]
+    for i, (submit, duration, gpus, deadline) in enumerate(rows):
+        extra = f",{deadline:g}" if with_deadline else ""
+        lines.append(f"j{i},{submit:g},{duration:g},{gpus}{extra}")
+    (market / "jobs.csv").write_text("\n".join(lines) + "\n")
+    cfg = SimulationConfig(
+        workload=str(market / "jobs.csv"), cluster=str(market / "c.yaml"), price_csv=str(market / "p.csv"),
+        year=2023, allocation=allocation, **more,
+    )  # fmt: skip
+    return run_simulation(cfg, None)
+
+
+def test_price_shift_waits_for_cheap_hours_within_the_deadline(market):
+    rows = [(i * 600.0, 7200.0, 2, 30 * 3600.0) for i in range(4)]
+    # Idle nodes switch off while the work waits (as the experiment runs every policy); no forecast headroom, which
+    # would keep a node on through the dear hours for arrivals like these (measured alone here).
+    shifted = _run(market, rows, "wattsched-green-no-right-sizing-w0", power_manager="idle-timeout")
+    plain = _run(market, rows, "wattsched-green-no-right-sizing-no-price-shift", power_manager="idle-timeout")
+    # trace time 0 is Monday 00:00 UTC: the cheap hours start at 12:00 = 43,200 s
+    assert (shifted.jobs["start_s"] >= 43_200).all()
+    assert (plain.jobs["start_s"] < 43_200).all()
+    assert shifted.summary["deadline_misses"] == 0 == plain.summary["deadline_misses"]
+    assert shifted.summary["cost_usd"] < 0.5 * plain.summary["cost_usd"]
+
+
+def test_price_shift_never_defers_what_its_deadline_cannot_wait_for(market):
+    rows = [(i * 600.0, 7200.0, 2, i * 600.0 + 3 * 3600.0) for i in range(4)]  # 2 h of work, 3 h to do it
+    tight = _run(market, rows, "wattsched-green-w0")
+    assert (tight.jobs["start_s"] < 43_200).all()
+    assert tight.summary["deadline_misses"] == 0
+
+
+def test_a_high_delay_weight_shifts_nothing(market):
+    rows = [(i * 600.0, 7200.0, 2, 30 * 3600.0) for i in range(4)]
+    dear = _run(market, rows, "wattsched-green-w1000")
+    assert (dear.jobs["start_s"] < 43_200).all()
+
+
+def test_queue_order_runs_short_jobs_first(market):
+    # The cluster (8 GPUs) is busy for an hour; a long job, then short ones, each on all 8 GPUs, wait for it.
+    rows = [(0.0, 3600.0, 8, None), (10.0, 10 * 3600.0, 8, None)] + [
+        (20.0 + i, 600.0, 8, None) for i in range(4)
+    ]
+    base = "wattsched-green-no-price-shift-no-gpus-no-clocks"
+    ordered = _run(market, rows, base)
+    fifo = _run(market, rows, base.replace("green-", "green-no-queue-", 1))
+    short = ordered.jobs["duration_s"] < 3600
+    assert ordered.jobs.loc[short, "jct_s"].mean() < fifo.jobs.loc[short, "jct_s"].mean()
+    assert ordered.jobs["jct_s"].mean() < fifo.jobs["jct_s"].mean()
+
+
+def test_clocks_lower_energy_within_the_slowdown_bound(market):
+    rows = [(i * 60.0, 4 * 3600.0, 1, None) for i in range(3)]
+    slow = _run(market, rows, "wattsched-green-no-price-shift-no-gpus", power_model="dvfs")
+    fast = _run(market, rows, "wattsched-green-no-price-shift-no-gpus-no-clocks", power_model="dvfs")
+    assert (slow.jobs["mean_power_limit_frac"] < 1).all()
+    assert (fast.jobs["mean_power_limit_frac"] == 1).all()
+    run_time = slow.jobs["end_s"] - slow.jobs["start_s"]
+    assert (run_time <= 1.10 * slow.jobs["duration_s"] + 1e-6).all()  # max_slowdown 0.10
+    gpu = "gpu_active"
+    assert slow.summary["energy_by_component_kwh"][gpu] < fast.summary["energy_by_component_kwh"][gpu]
+
+
+def test_clocks_go_back_to_the_default_when_jobs_wait(market):
+    # two long 4-GPU jobs fill the cluster at a low limit; a third arrives and must wait: both go back to 1.0
+    rows = [(0.0, 10 * 3600.0, 4, None), (0.0, 10 * 3600.0, 4, None), (3600.0, 600.0, 4, None)]
+    out = _run(market, rows, "wattsched-green-no-price-shift-no-gpus", power_model="dvfs")
+    first = out.jobs.iloc[:2]
+    # slowed for the first hour only: their mean limit is between the low one and the default
+    assert ((first["mean_power_limit_frac"] > 0.9) & (first["mean_power_limit_frac"] < 1)).all()
+
+
+# --- the experiment's arithmetic --------------------------------------------------------------------------------
+def test_domination_and_the_pareto_front():
+    assert dominates((1, 1), (1, 2)) and dominates((0, 2), (1, 2))
+    assert not dominates((1, 2), (1, 2)) and not dominates((0, 3), (1, 2))
+    points = [(1, 5), (2, 2), (3, 3), (5, 1), (2, 6)]
+    assert pareto_front(points) == [0, 1, 3]
+
+
+def _records():
+    return pd.DataFrame(
+        [
+            {"policy": "wattsched-green", "kind": "green", "energy_kwh": 90.0, "cost_usd": 9.0, "jct_mean_s": 100.0,
+             "deadline_misses": 0, "slo_violation_hours": 0},
+            {"policy": "wattsched-green -clocks", "kind": "green", "energy_kwh": 100.0, "cost_usd": 10.0,
+             "jct_mean_s": 95.0, "deadline_misses": 0, "slo_violation_hours": 0},
+            {"policy": "wattsched-green -queue", "kind": "green", "energy_kwh": 90.0, "cost_usd": 9.0,
+             "jct_mean_s": 100.0, "deadline_misses": 0, "slo_violation_hours": 0},
+            {"policy": "fifo", "kind": "baseline", "energy_kwh": 100.0, "cost_usd": 10.0, "jct_mean_s": 100.0,
+             "deadline_misses": 3, "slo_violation_hours": 7},
+            {"policy": "cedla", "kind": "seed", "energy_kwh": 80.0, "cost_usd": 12.0, "jct_mean_s": 200.0,
+             "deadline_misses": 0, "slo_violation_hours": 0},
+        ]
+    )  # fmt: skip
+
+
+def test_verdict_says_whom_green_dominates_and_by_how_much():
+    table = verdict_table(_records()).set_index("compared")
+    assert table.loc["fifo", "dominates on (energy, JCT)"] and table.loc["fifo", "dominates on (cost, JCT)"]
+    assert table.loc["fifo", "energy change %"] == pytest.approx(-10.0)
+    assert not table.loc["cedla", "dominates on (energy, JCT)"]  # cedla uses less energy
+    assert table.loc["cedla", "dominates on (cost, JCT)"]
+    assert table.loc["cedla", "mean JCT change %"] == pytest.approx(-50.0)
+    assert table.loc["fifo", "its SLO hours"] == 7
+
+
+def test_ablation_names_what_each_mechanism_contributes():
+    table = ablation_table(_records()).set_index("mechanism")
+    assert table.loc["clocks", "energy with it off %"] == pytest.approx(100 / 9 * 1.0, rel=1e-6)
+    assert table.loc["clocks", "contributes"] == "lowers energy, cost; raises mean JCT"
+    assert table.loc["queue", "contributes"].startswith("nothing measurable")
+    assert contribution({"energy": float("nan")}).startswith("nothing")
+
+
+# --- the experiment end to end ----------------------------------------------------------------------------------
+def test_experiment_runs_the_ablation_and_the_seeds_and_writes_the_verdict(market, tmp_path):
+    from wattsched.experiments.green import GreenConfig
+    from wattsched.experiments.protocol import experiment, run_experiment
+
+    rows = ["job_id,submit_time,duration,num_gpu"]
+    rows += [f"j{i},{i * 900},{3600 * (1 + i % 3)},{1 + i % 4}" for i in range(12)]
+    (market / "jobs.csv").write_text("\n".join(rows) + "\n")
+    cfg = GreenConfig(
+        workload=str(market / "jobs.csv"), cluster=str(market / "c.yaml"), price_csv=str(market / "p.csv"),
+        services="none", compared=["fifo", "cedla"],
+    )  # fmt: skip
+    out = run_experiment(experiment("green"), cfg, tmp_path / "out", workers=1, plots=False)
+    policies = out.records["policy"].tolist()
+    assert policies[0] == "wattsched-green"
+    assert {f"wattsched-green -{m}" for m in MECHANISMS} | {"fifo", "cedla"} <= set(policies)
+    verdict = pd.read_csv(tmp_path / "out" / "verdict.csv")
+    assert set(verdict["compared"]) == {"cedla", "fifo"}
+    assert verdict["dominates on (energy, JCT)"].dtype == bool
+    assert len(pd.read_csv(tmp_path / "out" / "ablation.csv")) == len(MECHANISMS)
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Domination verdict" in summary and "## Ablation" in summary
+
+
+def test_experiment_refuses_an_unknown_seed(market):
+    from wattsched.core.errors import UnknownNameError
+    from wattsched.experiments.green import Green, GreenConfig
+
+    with pytest.raises(UnknownNameError, match="nosuch"):
+        Green().grid(GreenConfig(workload=str(market / "jobs.csv"), compared=["nosuch"]))
