@@ -186,6 +186,20 @@ def test_policy_admits_feasible_jobs_and_rejects_impossible_ones(tmp_path):
     assert params["bound_competitive_ratio_bound"] > 1
 
 
+def test_a_job_without_work_runs_at_once_instead_of_failing_the_pricing(tmp_path):
+    """A zero-duration GPU job (real traces have them: Tiresias's HyperDrive trace) has nothing to price; its
+    speed ratio was 0/0 and stopped the run with a NaN error."""
+    rows = [(0, 0, 2, 3600), (10, 600, 1, 3600)]
+    workload, cluster = _workload(tmp_path, rows)
+    cfg = SimulationConfig(
+        workload=workload, cluster=cluster, allocation="hkbu-online-pd", check_invariants=True
+    )
+    res = run_simulation(cfg, None)
+    status = dict(zip(res.jobs["job_id"], res.jobs["status"], strict=True))
+    assert status == {"j0": "completed", "j1": "completed"}
+    assert res.summary["policies"]["allocation"]["parameters"]["admitted"] == 1  # j0 was not priced
+
+
 def test_policy_prices_out_low_value_work_when_the_cluster_fills(tmp_path):
     """Eight GPUs, 40 one-GPU jobs of 10 h arriving together: prices rise with each admission, and the policy
     stops admitting before the GPUs run out (it keeps room for work to come) instead of queueing past deadlines."""
