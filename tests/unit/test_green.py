@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import require_real_file
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.green_tables import (
     ablation_table,
@@ -117,7 +118,9 @@ def test_forecast_is_the_busiest_boot_window_of_the_last_day(arrivals, now):
 # --- mechanisms in the simulator ------------------------------------------------------------------------------
 @pytest.fixture
 def market(tmp_path):
-    """Price $200/MWh from 00:00 to 12:00 UTC, $20 after; 2 nodes x 4 V100."""
+    """Price $200/MWh from 00:00 to 12:00 UTC, $20 after; 2 nodes x 4 V100. The clocks and GPU-count mechanisms read
+    the jobs' scaling from Gavel's measured throughputs (a dataset): skipped without it."""
+    require_real_file("gavel-traces", "simulation_throughputs.json")
     rows = ["time,price_usd_per_mwh"]
     for h in range(24 * 366):
         t = datetime(2023, 1, 1) + timedelta(hours=h)
