@@ -253,7 +253,9 @@ class HkbuOnlinePd(AllocationPolicy):
         new = self._new_arrivals(view)
         work = view.remaining_work(np.asarray(new, dtype=np.int64)).tolist() if new else []
         for j, w in zip(new, work, strict=True):
-            if int(self.jobs.num_gpu[j]) == 0 or w <= 0:  # nothing to price (no GPUs or no work): runs at once
+            if (
+                int(self.jobs.num_gpu[j]) == 0 or w <= 0
+            ):  # nothing to price (no GPUs or no work): runs at once
                 self._planned[j] = (0, DEFAULT_SETTING, view.now)
                 heapq.heappush(self._due, (view.now, j))
                 continue
