@@ -13,14 +13,15 @@ from hypothesis import strategies as st
 from wattsched.experiments.whatif_tables import attribute_jobs, check_lines, replay_check, step_integral
 
 
-def _recorded(starts, submits, energy=None, waits=None):
+def _recorded(starts, submits, energy=None, waits=None, power_w=None, gpus=None):
     n = len(starts)
     return pd.DataFrame(
         {
             "job_id": [str(i) for i in range(n)], "partition": ["p"] * n, "submit_s": submits, "start_s": starts,
             "wait_s": waits if waits is not None else np.subtract(starts, submits),
             "elapsed_s": [100.0] * n, "energy_j": energy if energy is not None else [math.nan] * n,
-            "measured_power_w": [math.nan] * n,
+            "measured_power_w": power_w if power_w is not None else [math.nan] * n,
+            "num_gpu": gpus if gpus is not None else [1] * n,
         }
     )  # fmt: skip
 
@@ -81,6 +82,17 @@ def test_energy_is_compared_only_where_recorded():
     lines = check_lines(f)
     assert any("replayed 3.0 kWh against 3.0 kWh recorded (+0.0 %)" in line for line in lines)
     assert any("GPU energy (measured power): not recorded" in line for line in lines)
+
+
+def test_measured_gpu_energy_is_power_per_gpu_times_gpus_times_run_time():
+    submits, starts = [0.0, 10.0], [0.0, 10.0]
+    # 250 W per GPU on 4 GPUs for 100 s, and a job without power samples
+    recorded = _recorded(starts, submits, power_w=[250.0, math.nan], gpus=[4, 2])
+    f, jobs = replay_check(recorded, _replayed(starts, submits))
+    assert jobs["measured_gpu_energy_kwh"].iloc[0] == pytest.approx(250.0 * 4 * 100.0 / 3.6e6)
+    assert f["gpu_energy_jobs"] == 1
+    assert f["gpu_energy_recorded_kwh"] == pytest.approx(250.0 * 4 * 100.0 / 3.6e6)
+    assert f["gpu_energy_replayed_kwh"] == pytest.approx(0.5)  # the job's own replayed GPU energy only
 
 
 def test_step_integral_matches_hand_sums():

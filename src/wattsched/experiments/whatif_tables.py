@@ -107,7 +107,9 @@ def replay_jobs(recorded: pd.DataFrame, replayed: pd.DataFrame) -> pd.DataFrame:
             "replayed_wait_s": rep["queue_delay_s"].to_numpy(float),
             "recorded_energy_kwh": rec["energy_j"].to_numpy(float) / J_PER_KWH,
             "replayed_energy_kwh": rep["energy_kwh"].to_numpy(float),
+            # measured_power_w is per GPU (slurm_history/power.py): the job's GPUs draw it each
             "measured_gpu_energy_kwh": rec["measured_power_w"].to_numpy(float)
+            * rec["num_gpu"].to_numpy(float)
             * rec["elapsed_s"].to_numpy(float)
             / J_PER_KWH,
             "replayed_gpu_energy_kwh": rep["gpu_energy_kwh"].to_numpy(float),

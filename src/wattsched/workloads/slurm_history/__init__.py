@@ -46,7 +46,7 @@ RECORDED_COLUMNS = (
     "num_nodes",  # int
     "node_list",  # str: Slurm's NodeList as recorded ("gpu[01-02]")
     "energy_j",  # float: ConsumedEnergyRaw, NaN when no energy plugin recorded it
-    "measured_power_w",  # float: mean GPU power over the job from the power file, NaN without one
+    "measured_power_w",  # float: mean power per GPU over the job's run from the power file, NaN without one
 )
 
 
