@@ -69,12 +69,19 @@ def test_malformed_names_are_not_policies(name):
     st.one_of(st.none(), st.floats(0, 0.99)),
     st.one_of(st.none(), st.floats(0, 0.99)),
     st.one_of(st.none(), st.floats(0, 20)),
+    st.one_of(st.none(), st.floats(0, 50)),
 )
-def test_names_round_trip(off, w, s, g, x):
-    params = parse_name(green_name(off, w, s, g, x))
+def test_names_round_trip(off, w, s, g, x, k):
+    params = parse_name(green_name(off, w, s, g, x, k))
     assert params is not None
     assert set(params["mechanisms"]) == set(MECHANISMS) - off
-    weights = (("usd_per_job_hour", w), ("max_slowdown", s), ("scale_tolerance", g), ("max_stretch", x))
+    weights = (
+        ("usd_per_job_hour", w),
+        ("max_slowdown", s),
+        ("scale_tolerance", g),
+        ("max_stretch", x),
+        ("kwh_per_job_hour", k),
+    )
     for key, value in weights:
         if value is None:
             assert key not in params
@@ -91,6 +98,8 @@ def test_bad_weights_are_refused():
         WattschedGreen(usd_per_job_hour=-1)
     with pytest.raises(ValueError, match="max_stretch"):
         WattschedGreen(max_stretch=-0.5)
+    with pytest.raises(ValueError, match="kwh_per_job_hour"):
+        WattschedGreen(kwh_per_job_hour=float("inf"))
 
 
 def test_capabilities_follow_the_mechanisms():
@@ -116,8 +125,10 @@ class _SublinearPerf:
         return 200.0
 
 
-def _shrinker(max_stretch: float, gpus: int = 8, deadline: float = float("nan")) -> WattschedGreen:
-    policy = WattschedGreen(max_stretch=max_stretch)
+def _shrinker(
+    max_stretch: float, gpus: int = 8, deadline: float = float("nan"), kwh_per_job_hour: float = 0.0
+) -> WattschedGreen:
+    policy = WattschedGreen(max_stretch=max_stretch, kwh_per_job_hour=kwh_per_job_hour)
     policy.perf = _SublinearPerf()
     policy.gpus = np.array([gpus])
     policy.codes = np.array([0])
@@ -134,6 +145,14 @@ def test_shrink_takes_the_least_energy_count_within_the_stretch_bound(max_stretc
     assert count == expected
     assert left == pytest.approx(1000.0 * (8 / expected) ** 0.5)
     assert left <= 1000.0 * (1 + max_stretch) + 1e-6
+
+
+@pytest.mark.parametrize(("kwh_per_job_hour", "expected"), [(0.2, 1), (0.5, 2), (1.0, 4), (2.0, 8)])
+def test_shrink_trades_energy_for_run_time_at_the_weight(kwh_per_job_hour, expected):
+    # 1000 s at 8 GPUs (220 W each with the base share): energy 0.489 kWh, halving saves less and stretches more
+    # each step, so a dearer job-hour stops the halving earlier (break-even weights 1.245, 0.622, 0.311 kWh/h).
+    policy = _shrinker(10.0, kwh_per_job_hour=kwh_per_job_hour)
+    assert policy._narrower(0, now=0.0, seconds_left=1000.0)[0] == expected
 
 
 def test_shrink_keeps_the_deadline():
@@ -266,9 +285,9 @@ def test_clocks_go_back_to_the_default_when_jobs_wait(market):
 def test_shrink_runs_wide_jobs_on_fewer_gpus_for_less_energy(market):
     # Two 4-GPU jobs (models from Gavel's V100 tables): at 2 GPUs ResNet-50 runs 1.19x longer, LM faster.
     rows = [(i * 60.0, 4 * 3600.0, 4, None) for i in range(2)]
-    base = "wattsched-green-no-price-shift-no-gpus-no-clocks"
+    base = "wattsched-green-no-price-shift-no-gpus-no-clocks-x1-k0"
     narrow = _run(market, rows, base, power_model="dvfs")
-    wide = _run(market, rows, base + "-no-shrink", power_model="dvfs")
+    wide = _run(market, rows, base.replace("-x1-k0", "-no-shrink"), power_model="dvfs")
     assert (wide.jobs["mean_num_gpu"] == 4).all()
     assert (narrow.jobs["mean_num_gpu"] < 4).all()
     run_time = narrow.jobs["end_s"] - narrow.jobs["start_s"]
@@ -280,15 +299,20 @@ def test_shrink_runs_wide_jobs_on_fewer_gpus_for_less_energy(market):
 def test_shrink_stays_within_a_tight_stretch_bound_and_deadline(market):
     base = "wattsched-green-no-price-shift-no-gpus-no-clocks"
     rows = [(i * 60.0, 4 * 3600.0, 4, None) for i in range(2)]
-    tight = _run(market, rows, base + "-x0.1", power_model="dvfs").jobs.set_index("model_name")
+    tight = _run(market, rows, base + "-x0.1-k0", power_model="dvfs").jobs.set_index("model_name")
     # ResNet-50 would stretch 1.19x at 2 GPUs: it keeps 4; LM runs faster at 2 and shrinks.
     assert tight.loc["ResNet-50 (batch size 64)", "mean_num_gpu"] == 4
     assert tight.loc["LM (batch size 20)", "mean_num_gpu"] == 2
     # A deadline that leaves less than the stretched run keeps the trace count, with no miss.
     rows = [(0.0, 4 * 3600.0, 4, 4 * 3600.0 + green.DEADLINE_MARGIN_S + 1000.0)]
-    out = _run(market, rows, base, power_model="dvfs")
+    out = _run(market, rows, base + "-k0", power_model="dvfs")
     assert out.jobs["mean_num_gpu"].iloc[0] == 4
     assert out.summary["deadline_misses"] == 0
+    # A dear job-hour keeps ResNet-50 at 4 GPUs; LM still shrinks (faster and cheaper at 2).
+    rows = [(i * 60.0, 4 * 3600.0, 4, None) for i in range(2)]
+    dear = _run(market, rows, base + "-k5", power_model="dvfs").jobs.set_index("model_name")
+    assert dear.loc["ResNet-50 (batch size 64)", "mean_num_gpu"] == 4
+    assert dear.loc["LM (batch size 20)", "mean_num_gpu"] == 2
 
 
 # --- the experiment's arithmetic --------------------------------------------------------------------------------

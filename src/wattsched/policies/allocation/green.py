@@ -82,7 +82,8 @@ PLACEMENT_OFF = "best-fit"
 DEFAULT_USD_PER_JOB_HOUR = 0.2
 DEFAULT_MAX_SLOWDOWN = 0.10
 DEFAULT_SCALE_TOLERANCE = 0.3
-DEFAULT_MAX_STRETCH = 1.0
+DEFAULT_MAX_STRETCH = 2.0
+DEFAULT_KWH_PER_JOB_HOUR = 1.5
 
 
 class WattschedGreen(AllocationPolicy):
@@ -104,6 +105,7 @@ class WattschedGreen(AllocationPolicy):
         max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
         scale_tolerance: float = DEFAULT_SCALE_TOLERANCE,
         max_stretch: float = DEFAULT_MAX_STRETCH,
+        kwh_per_job_hour: float = DEFAULT_KWH_PER_JOB_HOUR,
     ) -> None:
         chosen = set(mechanisms)
         unknown = sorted(chosen - set(MECHANISMS))
@@ -120,7 +122,10 @@ class WattschedGreen(AllocationPolicy):
         if max_stretch < 0 or not math.isfinite(max_stretch):
             raise ValueError(f"max_stretch must be a finite number >= 0, got {max_stretch}")
         self.scale_tolerance = float(scale_tolerance)
+        if kwh_per_job_hour < 0 or not math.isfinite(kwh_per_job_hour):
+            raise ValueError(f"kwh_per_job_hour must be a finite number >= 0, got {kwh_per_job_hour}")
         self.max_stretch = float(max_stretch)
+        self.kwh_per_job_hour = float(kwh_per_job_hour)
         self.mechanisms = frozenset(chosen)
         self.usd_per_job_hour = float(usd_per_job_hour)
         self.max_slowdown = float(max_slowdown)
@@ -192,6 +197,7 @@ class WattschedGreen(AllocationPolicy):
             "max_slowdown": self.max_slowdown,
             "scale_tolerance": self.scale_tolerance,
             "max_stretch": self.max_stretch,
+            "kwh_per_job_hour": self.kwh_per_job_hour,
             "queue_order": "services, urgent by deadline, then highest response ratio on known remaining time "
             "(clairvoyant)"
             if self.on("queue")
@@ -254,10 +260,11 @@ class WattschedGreen(AllocationPolicy):
         )
 
     def _narrower(self, job: int, now: float, seconds_left: float) -> tuple[int, float]:
-        """(GPUs, seconds left there): the count, among the trace count halved down to one GPU, of least energy
-        per unit of work (PowerFlow's GPU-count lever, read off the same performance model) whose run is at most
-        ``1 + max_stretch`` times the run at the trace count and still ends before the deadline (with its
-        margin). The trace count when no narrower one saves energy."""
+        """(GPUs, seconds left there): the count, among the trace count halved down to one GPU, of least
+        ``energy + kwh_per_job_hour x run time`` for the job's remaining work (PowerFlow's GPU-count lever, read
+        off the same performance model; with the weight 0, the least energy per unit of work) whose run is at
+        most ``1 + max_stretch`` times the run at the trace count and still ends before the deadline (with its
+        margin). The trace count when no narrower one scores lower."""
         code, n, _, _ = self._shape(job)
         if n < 2 or code < 0 or not self.perf.has_table(job, code):
             return n, seconds_left
@@ -266,18 +273,24 @@ class WattschedGreen(AllocationPolicy):
             return n, seconds_left
         deadline = self.deadline[job]
         latest = math.inf if math.isnan(deadline) else float(deadline) - DEADLINE_MARGIN_S - now
-        best, best_left, best_energy = n, seconds_left, self._energy_per_work(job, code, n)
+        work = seconds_left * rate_n
+        best, best_left = n, seconds_left
+        best_score = self._shrink_score(work * self._energy_per_work(job, code, n), seconds_left)
         count = n // 2
         while count >= 1:
             rate = self.perf.solo_rate(job, code, count, -(-count // self.gpus_per_node), 1, DEFAULT_SETTING)
             left = seconds_left * rate_n / rate if rate > 0 else math.inf
             if left > seconds_left * (1.0 + self.max_stretch) + 1e-9 or left > latest:
                 break  # fewer GPUs only run slower
-            energy = self._energy_per_work(job, code, count)
-            if energy < best_energy * (1.0 - 1e-9):
-                best, best_left, best_energy = count, left, energy
+            score = self._shrink_score(work * self._energy_per_work(job, code, count), left)
+            if score < best_score * (1.0 - 1e-9):
+                best, best_left, best_score = count, left, score
             count //= 2
         return best, best_left
+
+    def _shrink_score(self, energy_j: float, seconds: float) -> float:
+        """kWh of a run plus what its run time is worth (the JCT it adds), in kWh."""
+        return energy_j / 3.6e6 + self.kwh_per_job_hour * seconds / 3600.0
 
     # --- clocks -----------------------------------------------------------------------------------------------
     def _limits(self, code: int) -> list[tuple[GpuSetting, float, float]]:
@@ -500,8 +513,14 @@ class WattschedGreen(AllocationPolicy):
 
 ALLOCATION_POLICIES.register(NAME)(WattschedGreen)
 
-_SUFFIX = re.compile(r"-(w|s|g|x)(\d+(?:\.\d+)?)$")
-_WEIGHT = {"w": "usd_per_job_hour", "s": "max_slowdown", "g": "scale_tolerance", "x": "max_stretch"}
+_SUFFIX = re.compile(r"-(w|s|g|x|k)(\d+(?:\.\d+)?)$")
+_WEIGHT = {
+    "w": "usd_per_job_hour",
+    "s": "max_slowdown",
+    "g": "scale_tolerance",
+    "x": "max_stretch",
+    "k": "kwh_per_job_hour",
+}
 
 
 def parse_name(name: str) -> dict[str, Any] | None:
@@ -539,11 +558,18 @@ def green_name(
     max_slowdown: float | None = None,
     scale_tolerance: float | None = None,
     max_stretch: float | None = None,
+    kwh_per_job_hour: float | None = None,
 ) -> str:
     """The registered name of the policy with `off` switched off and the weights given (None: the default; the
     inverse of :func:`parse_name`)."""
     name = NAME + "".join(f"-no-{m}" for m in MECHANISMS if m in set(off))
-    weights = (("w", usd_per_job_hour), ("s", max_slowdown), ("g", scale_tolerance), ("x", max_stretch))
+    weights = (
+        ("w", usd_per_job_hour),
+        ("s", max_slowdown),
+        ("g", scale_tolerance),
+        ("x", max_stretch),
+        ("k", kwh_per_job_hour),
+    )
     for letter, value in weights:
         if value is not None:
             name += f"-{letter}{_decimal(value)}"
@@ -564,5 +590,6 @@ def _resolve(name: str):
 
 
 ALLOCATION_POLICIES.register_family(
-    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>][-x<stretch>]", _resolve
+    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>][-x<stretch>][-k<kwh>]",
+    _resolve,
 )
