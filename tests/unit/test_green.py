@@ -17,6 +17,7 @@ from wattsched.experiments.green_tables import (
     ablation_table,
     contribution,
     dominates,
+    headline_lines,
     pareto_front,
     verdict_table,
 )
@@ -348,6 +349,17 @@ def test_verdict_says_whom_green_dominates_and_by_how_much():
     assert table.loc["cedla", "dominates on (cost, JCT)"]
     assert table.loc["cedla", "mean JCT change %"] == pytest.approx(-50.0)
     assert table.loc["fifo", "its SLO hours"] == 7
+
+
+def test_verdict_names_a_run_that_completed_fewer_jobs():
+    records = _records().assign(training_jobs_completed=[10.0, 10.0, 10.0, 10.0, 4.0])
+    table = verdict_table(records).set_index("compared")
+    assert table.loc["cedla", "its jobs completed"] == 4 and table.loc["fifo", "its jobs completed"] == 10
+    lines = headline_lines(records)
+    assert any("cedla (4)" in line and "fifo" not in line for line in lines)
+    assert not any(
+        "fewer" in line for line in headline_lines(_records().assign(training_jobs_completed=10.0))
+    )
 
 
 def test_ablation_names_what_each_mechanism_contributes():
