@@ -17,10 +17,12 @@ from wattsched.experiments.green_tables import (
     ablation_table,
     contribution,
     dominates,
+    headline_lines,
     pareto_front,
     verdict_table,
 )
 from wattsched.experiments.run import run_simulation
+from wattsched.policies.allocation import green
 from wattsched.policies.allocation.green import (
     BURST_WINDOW_S,
     MECHANISMS,
@@ -41,6 +43,9 @@ def test_every_mechanism_can_be_switched_off_by_name():
     both = ALLOCATION_POLICIES.create("wattsched-green-no-clocks-no-price-shift-w0.5-s0.2-g0.3")
     assert both.mechanisms == frozenset(MECHANISMS) - {"clocks", "price-shift"}
     assert (both.usd_per_job_hour, both.max_slowdown, both.scale_tolerance) == (0.5, 0.2, 0.3)
+    narrow = ALLOCATION_POLICIES.create("wattsched-green-no-shrink-x2.5")
+    assert "shrink" not in narrow.mechanisms and narrow.max_stretch == 2.5
+    assert green_name(("shrink",), max_stretch=2.5) == "wattsched-green-no-shrink-x2.5"
 
 
 @pytest.mark.parametrize(
@@ -49,6 +54,8 @@ def test_every_mechanism_can_be_switched_off_by_name():
         "wattsched-green-no-cheese",
         "wattsched-green-no-clocks-no-clocks",
         "wattsched-green-w1-w2",
+        "wattsched-green-x1-x2",
+        "wattsched-green-no-shrink-no-shrink",
         "wattsched-greenish",
     ],
 )
@@ -62,12 +69,21 @@ def test_malformed_names_are_not_policies(name):
     st.one_of(st.none(), st.floats(0, 100)),
     st.one_of(st.none(), st.floats(0, 0.99)),
     st.one_of(st.none(), st.floats(0, 0.99)),
+    st.one_of(st.none(), st.floats(0, 20)),
+    st.one_of(st.none(), st.floats(0, 50)),
 )
-def test_names_round_trip(off, w, s, g):
-    params = parse_name(green_name(off, w, s, g))
+def test_names_round_trip(off, w, s, g, x, k):
+    params = parse_name(green_name(off, w, s, g, x, k))
     assert params is not None
     assert set(params["mechanisms"]) == set(MECHANISMS) - off
-    for key, value in (("usd_per_job_hour", w), ("max_slowdown", s), ("scale_tolerance", g)):
+    weights = (
+        ("usd_per_job_hour", w),
+        ("max_slowdown", s),
+        ("scale_tolerance", g),
+        ("max_stretch", x),
+        ("kwh_per_job_hour", k),
+    )
+    for key, value in weights:
         if value is None:
             assert key not in params
         else:
@@ -81,6 +97,10 @@ def test_bad_weights_are_refused():
         WattschedGreen(max_slowdown=1.5)
     with pytest.raises(ValueError, match="usd_per_job_hour"):
         WattschedGreen(usd_per_job_hour=-1)
+    with pytest.raises(ValueError, match="max_stretch"):
+        WattschedGreen(max_stretch=-0.5)
+    with pytest.raises(ValueError, match="kwh_per_job_hour"):
+        WattschedGreen(kwh_per_job_hour=float("inf"))
 
 
 def test_capabilities_follow_the_mechanisms():
@@ -88,6 +108,60 @@ def test_capabilities_follow_the_mechanisms():
     assert {Capability.SETS_GPU_SETTINGS, Capability.RESIZES} <= full
     bare = WattschedGreen(mechanisms=("queue", "placement", "right-sizing")).required_capabilities({})
     assert bare == frozenset()
+    assert WattschedGreen(mechanisms=("shrink",)).required_capabilities({}) == {Capability.RESIZES}
+
+
+# --- shrink: the GPU count of least energy per unit of work --------------------------------------------------------
+class _SublinearPerf:
+    """A job whose rate grows as the square root of its GPUs at 200 W a GPU: its energy per unit of work grows with
+    its count (least on one GPU), and halving its GPUs stretches its run by sqrt(2)."""
+
+    def has_table(self, job, code):
+        return True
+
+    def solo_rate(self, job, code, gpus, nodes, switches, setting):
+        return float(gpus) ** 0.5
+
+    def gpu_power_w(self, job, code, setting):
+        return 200.0
+
+
+def _shrinker(
+    max_stretch: float, gpus: int = 8, deadline: float = float("nan"), kwh_per_job_hour: float = 0.0
+) -> WattschedGreen:
+    policy = WattschedGreen(max_stretch=max_stretch, kwh_per_job_hour=kwh_per_job_hour)
+    policy.perf = _SublinearPerf()
+    policy.gpus = np.array([gpus])
+    policy.codes = np.array([0])
+    policy.deadline = np.array([deadline])
+    policy.gpus_per_node, policy.base_share_w = 8, 20.0
+    return policy
+
+
+@pytest.mark.parametrize(
+    ("max_stretch", "expected"), [(0.0, 8), (0.3, 8), (0.5, 4), (1.0, 2), (2.0, 1), (10.0, 1)]
+)
+def test_shrink_takes_the_least_energy_count_within_the_stretch_bound(max_stretch, expected):
+    count, left = _shrinker(max_stretch)._narrower(0, now=0.0, seconds_left=1000.0)
+    assert count == expected
+    assert left == pytest.approx(1000.0 * (8 / expected) ** 0.5)
+    assert left <= 1000.0 * (1 + max_stretch) + 1e-6
+
+
+@pytest.mark.parametrize(("kwh_per_job_hour", "expected"), [(0.2, 1), (0.5, 2), (1.0, 4), (2.0, 8)])
+def test_shrink_trades_energy_for_run_time_at_the_weight(kwh_per_job_hour, expected):
+    # 1000 s at 8 GPUs (220 W each with the base share): energy 0.489 kWh, halving saves less and stretches more
+    # each step, so a dearer job-hour stops the halving earlier (break-even weights 1.245, 0.622, 0.311 kWh/h).
+    policy = _shrinker(10.0, kwh_per_job_hour=kwh_per_job_hour)
+    assert policy._narrower(0, now=0.0, seconds_left=1000.0)[0] == expected
+
+
+def test_shrink_keeps_the_deadline():
+    # 1000 s of work at 8 GPUs; 4 GPUs need 1414 s, 2 GPUs 2000 s; the deadline (less its margin) leaves 1500 s.
+    policy = _shrinker(10.0, deadline=1500.0 + green.DEADLINE_MARGIN_S)
+    assert policy._narrower(0, now=0.0, seconds_left=1000.0)[0] == 4
+    assert policy._narrower(0, now=200.0, seconds_left=1000.0)[0] == 8  # 1300 s left: no narrower count fits
+    assert _shrinker(10.0, gpus=1)._narrower(0, now=0.0, seconds_left=1000.0) == (1, 1000.0)
 
 
 # --- the forecast of right-sizing -------------------------------------------------------------------------------
@@ -180,7 +254,7 @@ def test_queue_order_runs_short_jobs_first(market):
     rows = [(0.0, 3600.0, 8, None), (10.0, 10 * 3600.0, 8, None)] + [
         (20.0 + i, 600.0, 8, None) for i in range(4)
     ]
-    base = "wattsched-green-no-price-shift-no-gpus-no-clocks"
+    base = "wattsched-green-no-price-shift-no-gpus-no-clocks-no-shrink"
     ordered = _run(market, rows, base)
     fifo = _run(market, rows, base.replace("green-", "green-no-queue-", 1))
     short = ordered.jobs["duration_s"] < 3600
@@ -203,10 +277,43 @@ def test_clocks_lower_energy_within_the_slowdown_bound(market):
 def test_clocks_go_back_to_the_default_when_jobs_wait(market):
     # two long 4-GPU jobs fill the cluster at a low limit; a third arrives and must wait: both go back to 1.0
     rows = [(0.0, 10 * 3600.0, 4, None), (0.0, 10 * 3600.0, 4, None), (3600.0, 600.0, 4, None)]
-    out = _run(market, rows, "wattsched-green-no-price-shift-no-gpus", power_model="dvfs")
+    out = _run(market, rows, "wattsched-green-no-price-shift-no-gpus-no-shrink", power_model="dvfs")
     first = out.jobs.iloc[:2]
     # slowed for the first hour only: their mean limit is between the low one and the default
     assert ((first["mean_power_limit_frac"] > 0.9) & (first["mean_power_limit_frac"] < 1)).all()
+
+
+def test_shrink_runs_wide_jobs_on_fewer_gpus_for_less_energy(market):
+    # Two 4-GPU jobs (models from Gavel's V100 tables): at 2 GPUs ResNet-50 runs 1.19x longer, LM faster.
+    rows = [(i * 60.0, 4 * 3600.0, 4, None) for i in range(2)]
+    base = "wattsched-green-no-price-shift-no-gpus-no-clocks-x1-k0"
+    narrow = _run(market, rows, base, power_model="dvfs")
+    wide = _run(market, rows, base.replace("-x1-k0", "-no-shrink"), power_model="dvfs")
+    assert (wide.jobs["mean_num_gpu"] == 4).all()
+    assert (narrow.jobs["mean_num_gpu"] < 4).all()
+    run_time = narrow.jobs["end_s"] - narrow.jobs["start_s"]
+    assert (run_time <= 2.0 * narrow.jobs["duration_s"] + 1e-6).all()  # max_stretch 1.0
+    assert narrow.summary["energy_kwh"] < wide.summary["energy_kwh"]
+    assert narrow.summary["policies"]["allocation"]["parameters"]["shrunk_starts"] == 2
+
+
+def test_shrink_stays_within_a_tight_stretch_bound_and_deadline(market):
+    base = "wattsched-green-no-price-shift-no-gpus-no-clocks"
+    rows = [(i * 60.0, 4 * 3600.0, 4, None) for i in range(2)]
+    tight = _run(market, rows, base + "-x0.1-k0", power_model="dvfs").jobs.set_index("model_name")
+    # ResNet-50 would stretch 1.19x at 2 GPUs: it keeps 4; LM runs faster at 2 and shrinks.
+    assert tight.loc["ResNet-50 (batch size 64)", "mean_num_gpu"] == 4
+    assert tight.loc["LM (batch size 20)", "mean_num_gpu"] == 2
+    # A deadline that leaves less than the stretched run keeps the trace count, with no miss.
+    rows = [(0.0, 4 * 3600.0, 4, 4 * 3600.0 + green.DEADLINE_MARGIN_S + 1000.0)]
+    out = _run(market, rows, base + "-k0", power_model="dvfs")
+    assert out.jobs["mean_num_gpu"].iloc[0] == 4
+    assert out.summary["deadline_misses"] == 0
+    # A dear job-hour keeps ResNet-50 at 4 GPUs; LM still shrinks (faster and cheaper at 2).
+    rows = [(i * 60.0, 4 * 3600.0, 4, None) for i in range(2)]
+    dear = _run(market, rows, base + "-k5", power_model="dvfs").jobs.set_index("model_name")
+    assert dear.loc["ResNet-50 (batch size 64)", "mean_num_gpu"] == 4
+    assert dear.loc["LM (batch size 20)", "mean_num_gpu"] == 2
 
 
 # --- the experiment's arithmetic --------------------------------------------------------------------------------
@@ -242,6 +349,17 @@ def test_verdict_says_whom_green_dominates_and_by_how_much():
     assert table.loc["cedla", "dominates on (cost, JCT)"]
     assert table.loc["cedla", "mean JCT change %"] == pytest.approx(-50.0)
     assert table.loc["fifo", "its SLO hours"] == 7
+
+
+def test_verdict_names_a_run_that_completed_fewer_jobs():
+    records = _records().assign(training_jobs_completed=[10.0, 10.0, 10.0, 10.0, 4.0])
+    table = verdict_table(records).set_index("compared")
+    assert table.loc["cedla", "its jobs completed"] == 4 and table.loc["fifo", "its jobs completed"] == 10
+    lines = headline_lines(records)
+    assert any("cedla (4)" in line and "fifo" not in line for line in lines)
+    assert not any(
+        "fewer" in line for line in headline_lines(_records().assign(training_jobs_completed=10.0))
+    )
 
 
 def test_ablation_names_what_each_mechanism_contributes():

@@ -26,7 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import UnknownNameError, WattschedError
 from ..policies.allocation.green import (
+    DEFAULT_KWH_PER_JOB_HOUR,
     DEFAULT_MAX_SLOWDOWN,
+    DEFAULT_MAX_STRETCH,
     DEFAULT_SCALE_TOLERANCE,
     DEFAULT_USD_PER_JOB_HOUR,
     MECHANISMS,
@@ -88,6 +90,17 @@ class GreenConfig(BaseModel):
         lt=1,
         description="wattsched-green weight: the most extra energy per unit of work a wider GPU count may cost",
     )
+    max_stretch: float = Field(
+        DEFAULT_MAX_STRETCH,
+        ge=0,
+        description="wattsched-green weight: the most a narrower GPU count (shrink) stretches a job's run, as a "
+        "fraction of it",
+    )
+    kwh_per_job_hour: float = Field(
+        DEFAULT_KWH_PER_JOB_HOUR,
+        ge=0,
+        description="wattsched-green weight: kWh one job-hour of delay is worth (shrink's trade of energy for JCT)",
+    )
     ablation: bool = Field(True, description="also run wattsched-green with each mechanism off in turn")
     compared: list[str] = Field(
         default_factory=lambda: list(COMPARED),
@@ -110,10 +123,13 @@ class GreenConfig(BaseModel):
 def green_variants(cfg: GreenConfig) -> dict[str, str]:
     """Label -> registered policy name of the wattsched-green runs: the full policy, then each mechanism off."""
     w, s, g = cfg.usd_per_job_hour, cfg.max_slowdown, cfg.scale_tolerance
+    x, k = cfg.max_stretch, cfg.kwh_per_job_hour
     weights = {
         "usd_per_job_hour": None if w == DEFAULT_USD_PER_JOB_HOUR else w,
         "max_slowdown": None if s == DEFAULT_MAX_SLOWDOWN else s,
         "scale_tolerance": None if g == DEFAULT_SCALE_TOLERANCE else g,
+        "max_stretch": None if x == DEFAULT_MAX_STRETCH else x,
+        "kwh_per_job_hour": None if k == DEFAULT_KWH_PER_JOB_HOUR else k,
     }
     out = {GREEN: green_name((), **weights)}
     if cfg.ablation:
@@ -199,6 +215,8 @@ class Green(Experiment):
         metrics["jct_mean_s"] = float(jobs.loc[training, "jct_s"].mean())
         metrics["deadline_misses"] = float(s.get("deadline_misses", 0) or 0)
         metrics["slo_violation_hours"] = float(s.get("slo_violation_hours", 0) or 0)
+        # Totals cover only the work a run completed: a policy that drops jobs is charged for less of it.
+        metrics["training_jobs_completed"] = float(training.sum())
         knobs = {k: v for k, v in COMPARED.get(label, {}).items() if isinstance(v, str)}
         extra = {
             "node_boots": int(s.get("node_boots", 0) or 0),

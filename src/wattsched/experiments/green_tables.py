@@ -37,7 +37,8 @@ def _change(new: float, old: float) -> float:
 
 def verdict_table(records: pd.DataFrame) -> pd.DataFrame:
     """Per seed and baseline: wattsched-green's change on energy, cost and mean JCT against it (negative: green
-    is lower) and whether it dominates it on (energy, JCT) and (cost, JCT); deadline misses and SLO hours."""
+    is lower) and whether it dominates it on (energy, JCT) and (cost, JCT); deadline misses, SLO hours and the
+    training jobs it completed (totals over fewer completed jobs are not like for like)."""
     full = records[records["policy"] == GREEN]
     if full.empty:
         return pd.DataFrame()
@@ -52,6 +53,7 @@ def verdict_table(records: pd.DataFrame) -> pd.DataFrame:
             row[f"dominates on ({what}, JCT)"] = dominates((g[key], g[JCT]), (r[key], r[JCT]))
         row["its deadline misses"] = r["deadline_misses"]
         row["its SLO hours"] = r["slo_violation_hours"]
+        row["its jobs completed"] = r.get("training_jobs_completed", float("nan"))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -108,11 +110,27 @@ def headline_lines(records: pd.DataFrame) -> list[str]:
             + "."
         )
     g = records[records["policy"] == GREEN].iloc[0]
+    fewer = fewer_completed(table, g)
+    if fewer:
+        lines.append(
+            f"Completed fewer training jobs than wattsched-green ({int(g['training_jobs_completed']):,}): "
+            + ", ".join(fewer)
+            + "; their energy and cost are totals over less work."
+        )
     lines.append(
         f"wattsched-green: {int(g['deadline_misses'])} deadline misses, {int(g['slo_violation_hours'])} SLO-violating "
         "hours."
     )
     return lines
+
+
+def fewer_completed(table: pd.DataFrame, green: pd.Series) -> list[str]:
+    """`name (completed)` of each compared run that completed fewer training jobs than wattsched-green."""
+    mine = float(green.get("training_jobs_completed", float("nan")))
+    if "its jobs completed" not in table or not np.isfinite(mine):
+        return []
+    less = table[table["its jobs completed"] < mine]
+    return [f"{r['compared']} ({int(r['its jobs completed']):,})" for r in less.to_dict("records")]
 
 
 def summary_sections(records: pd.DataFrame) -> list[Section]:
@@ -124,7 +142,9 @@ def summary_sections(records: pd.DataFrame) -> list[Section]:
                 "Domination verdict",
                 [
                     "wattsched-green's change against each compared policy (negative: green is lower), and whether "
-                    "it dominates it (no worse on both, better on one); figures charged over the common window."
+                    "it dominates it (no worse on both, better on one); figures charged over the common window. A "
+                    "run that completed fewer training jobs (`its jobs completed`) is charged for less work: its "
+                    "totals are not like for like."
                 ],
                 verdict,
             )

@@ -20,6 +20,10 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   last day, counting only what cannot wait for a boot: services, jobs without a deadline, jobs with less than an
   hour of slack; ``Decision.keep_free_gpus``), so that the run's power manager switches off what is not needed and
   keeps what those arrivals need. Off: no headroom asked (the power manager alone);
+* **shrink**: a training job asked for several GPUs starts on fewer (its count halved, down to one GPU) where
+  that lowers its energy per unit of work (PowerFlow's GPU-count lever, on the same performance model), as long
+  as its run stretches at most ``1 + max_stretch`` times and still meets its deadline. Off: the trace count (or
+  wider, by ``gpus``);
 * **price-shift**: a training job with a deadline waits for a cheaper hour of the day-ahead prices when the money
   its energy saves there is worth the delay: ``saving_usd - usd_per_job_hour x delay_h > 0`` at the best start
   hour that still meets its deadline (with ``DEADLINE_MARGIN_S``) (CE-DLA's price-aware timing, as a rule per job).
@@ -31,8 +35,8 @@ against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a jo
 services are hard constraints: urgent jobs and services are never deferred nor slowed.
 
 Names: ``wattsched-green`` with every mechanism, ``wattsched-green-no-<mechanism>[-no-<mechanism>...]`` with
-some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>`` and ``-g<scale_tolerance>`` suffixes for
-the weights, e.g.
+some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>`` and
+``-x<max_stretch>`` suffixes for the weights, e.g.
 ``wattsched-green-no-clocks-w0.5``.
 """
 
@@ -63,7 +67,7 @@ from ..contract import (
 from ..planning import Consolidated, Plan, held_target, job_gpu_codes
 
 NAME = "wattsched-green"
-MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift")
+MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift", "shrink")
 SLOT_S = 3600.0  # day-ahead prices are hourly
 HORIZON_H = 24  # hours of prices looked ahead
 DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
@@ -78,6 +82,8 @@ PLACEMENT_OFF = "best-fit"
 DEFAULT_USD_PER_JOB_HOUR = 0.2
 DEFAULT_MAX_SLOWDOWN = 0.10
 DEFAULT_SCALE_TOLERANCE = 0.3
+DEFAULT_MAX_STRETCH = 2.0
+DEFAULT_KWH_PER_JOB_HOUR = 2.5
 
 
 class WattschedGreen(AllocationPolicy):
@@ -98,6 +104,8 @@ class WattschedGreen(AllocationPolicy):
         usd_per_job_hour: float = DEFAULT_USD_PER_JOB_HOUR,
         max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
         scale_tolerance: float = DEFAULT_SCALE_TOLERANCE,
+        max_stretch: float = DEFAULT_MAX_STRETCH,
+        kwh_per_job_hour: float = DEFAULT_KWH_PER_JOB_HOUR,
     ) -> None:
         chosen = set(mechanisms)
         unknown = sorted(chosen - set(MECHANISMS))
@@ -111,7 +119,13 @@ class WattschedGreen(AllocationPolicy):
             raise ValueError(f"max_slowdown must lie in [0, 1), got {max_slowdown}")
         if not 0 <= scale_tolerance < 1:
             raise ValueError(f"scale_tolerance must lie in [0, 1), got {scale_tolerance}")
+        if max_stretch < 0 or not math.isfinite(max_stretch):
+            raise ValueError(f"max_stretch must be a finite number >= 0, got {max_stretch}")
         self.scale_tolerance = float(scale_tolerance)
+        if kwh_per_job_hour < 0 or not math.isfinite(kwh_per_job_hour):
+            raise ValueError(f"kwh_per_job_hour must be a finite number >= 0, got {kwh_per_job_hour}")
+        self.max_stretch = float(max_stretch)
+        self.kwh_per_job_hour = float(kwh_per_job_hour)
         self.mechanisms = frozenset(chosen)
         self.usd_per_job_hour = float(usd_per_job_hour)
         self.max_slowdown = float(max_slowdown)
@@ -122,6 +136,7 @@ class WattschedGreen(AllocationPolicy):
         self.deferrals = 0
         self.slowed_starts = 0
         self.widened_starts = 0
+        self.shrunk_starts = 0
         self.priced_rounds = 0  # rounds that saw day-ahead prices (price-shift idles without them)
 
     def on(self, mechanism: str) -> bool:
@@ -131,7 +146,7 @@ class WattschedGreen(AllocationPolicy):
         needs = set()
         if self.on("clocks"):
             needs.add(Capability.SETS_GPU_SETTINGS)
-        if self.on("gpus"):
+        if self.on("gpus") or self.on("shrink"):
             needs.add(Capability.RESIZES)
         return frozenset(needs)
 
@@ -181,6 +196,8 @@ class WattschedGreen(AllocationPolicy):
             "usd_per_job_hour": self.usd_per_job_hour,
             "max_slowdown": self.max_slowdown,
             "scale_tolerance": self.scale_tolerance,
+            "max_stretch": self.max_stretch,
+            "kwh_per_job_hour": self.kwh_per_job_hour,
             "queue_order": "services, urgent by deadline, then highest response ratio on known remaining time "
             "(clairvoyant)"
             if self.on("queue")
@@ -189,6 +206,7 @@ class WattschedGreen(AllocationPolicy):
             "deferrals": self.deferrals,
             "slowed_starts": self.slowed_starts,
             "widened_starts": self.widened_starts,
+            "shrunk_starts": self.shrunk_starts,
             "rounds_with_prices": self.priced_rounds,
         }
 
@@ -240,6 +258,39 @@ class WattschedGreen(AllocationPolicy):
         return (
             count * (self.perf.gpu_power_w(job, code, DEFAULT_SETTING) + self.base_share_w) / max(rate, 1e-12)
         )
+
+    def _narrower(self, job: int, now: float, seconds_left: float) -> tuple[int, float]:
+        """(GPUs, seconds left there): the count, among the trace count halved down to one GPU, of least
+        ``energy + kwh_per_job_hour x run time`` for the job's remaining work (PowerFlow's GPU-count lever, read
+        off the same performance model; with the weight 0, the least energy per unit of work) whose run is at
+        most ``1 + max_stretch`` times the run at the trace count and still ends before the deadline (with its
+        margin). The trace count when no narrower one scores lower."""
+        code, n, _, _ = self._shape(job)
+        if n < 2 or code < 0 or not self.perf.has_table(job, code):
+            return n, seconds_left
+        rate_n = self.perf.solo_rate(job, code, n, -(-n // self.gpus_per_node), 1, DEFAULT_SETTING)
+        if rate_n <= 0:
+            return n, seconds_left
+        deadline = self.deadline[job]
+        latest = math.inf if math.isnan(deadline) else float(deadline) - DEADLINE_MARGIN_S - now
+        work = seconds_left * rate_n
+        best, best_left = n, seconds_left
+        best_score = self._shrink_score(work * self._energy_per_work(job, code, n), seconds_left)
+        count = n // 2
+        while count >= 1:
+            rate = self.perf.solo_rate(job, code, count, -(-count // self.gpus_per_node), 1, DEFAULT_SETTING)
+            left = seconds_left * rate_n / rate if rate > 0 else math.inf
+            if left > seconds_left * (1.0 + self.max_stretch) + 1e-9 or left > latest:
+                break  # fewer GPUs only run slower
+            score = self._shrink_score(work * self._energy_per_work(job, code, count), left)
+            if score < best_score * (1.0 - 1e-9):
+                best, best_left, best_score = count, left, score
+            count //= 2
+        return best, best_left
+
+    def _shrink_score(self, energy_j: float, seconds: float) -> float:
+        """kWh of a run plus what its run time is worth (the JCT it adds), in kWh."""
+        return energy_j / 3.6e6 + self.kwh_per_job_hour * seconds / 3600.0
 
     # --- clocks -----------------------------------------------------------------------------------------------
     def _limits(self, code: int) -> list[tuple[GpuSetting, float, float]]:
@@ -371,6 +422,14 @@ class WattschedGreen(AllocationPolicy):
             if blocked and not self.service[job]:
                 waiting_after.append(job)
                 continue
+            if self.on("shrink") and not self.service[job]:
+                count, left_there = self._narrower(job, now, left_of[job])
+                narrow = count < self.gpus[job]
+                if narrow and plan.place(job, self._placement_for(count), num_gpu=count) is not None:
+                    left_of[job] = left_there  # the clocks' slack is that of the narrower run
+                    self.shrunk_starts += 1
+                    starts.append(job)
+                    continue
             if spare >= 1 and not self.service[job] and self._slack_s(job, now, left_of[job]) >= 0:
                 count = self._wider(job, spare)
                 if count > self.gpus[job]:
@@ -454,8 +513,14 @@ class WattschedGreen(AllocationPolicy):
 
 ALLOCATION_POLICIES.register(NAME)(WattschedGreen)
 
-_SUFFIX = re.compile(r"-(w|s|g)(\d+(?:\.\d+)?)$")
-_WEIGHT = {"w": "usd_per_job_hour", "s": "max_slowdown", "g": "scale_tolerance"}
+_SUFFIX = re.compile(r"-(w|s|g|x|k)(\d+(?:\.\d+)?)$")
+_WEIGHT = {
+    "w": "usd_per_job_hour",
+    "s": "max_slowdown",
+    "g": "scale_tolerance",
+    "x": "max_stretch",
+    "k": "kwh_per_job_hour",
+}
 
 
 def parse_name(name: str) -> dict[str, Any] | None:
@@ -492,11 +557,20 @@ def green_name(
     usd_per_job_hour: float | None = None,
     max_slowdown: float | None = None,
     scale_tolerance: float | None = None,
+    max_stretch: float | None = None,
+    kwh_per_job_hour: float | None = None,
 ) -> str:
     """The registered name of the policy with `off` switched off and the weights given (None: the default; the
     inverse of :func:`parse_name`)."""
     name = NAME + "".join(f"-no-{m}" for m in MECHANISMS if m in set(off))
-    for letter, value in (("w", usd_per_job_hour), ("s", max_slowdown), ("g", scale_tolerance)):
+    weights = (
+        ("w", usd_per_job_hour),
+        ("s", max_slowdown),
+        ("g", scale_tolerance),
+        ("x", max_stretch),
+        ("k", kwh_per_job_hour),
+    )
+    for letter, value in weights:
         if value is not None:
             name += f"-{letter}{_decimal(value)}"
     return name
@@ -516,5 +590,6 @@ def _resolve(name: str):
 
 
 ALLOCATION_POLICIES.register_family(
-    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>]", _resolve
+    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>][-x<stretch>][-k<kwh>]",
+    _resolve,
 )
