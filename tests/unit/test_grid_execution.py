@@ -131,6 +131,34 @@ def test_other_settings_do_not_reuse_cells(inputs, tmp_path, monkeypatch):
     assert counting.calls == CELLS
 
 
+def test_changed_source_does_not_reuse_cells(inputs, tmp_path, monkeypatch):
+    """Cells are keyed by the package's source too: an edited policy must not come back with its old results."""
+    from wattsched.experiments import cells
+
+    monkeypatch.setattr(fgd_pwr, "run_packing", CountingPacker(fail_on_call=CELLS))
+    with pytest.raises(RuntimeError):
+        run_tiny(inputs, tmp_path)
+    assert len(cached_cells(tmp_path)) == CELLS - 1
+    monkeypatch.setattr(cells, "source_digest", lambda: "another source")
+    counting = CountingPacker()
+    monkeypatch.setattr(fgd_pwr, "run_packing", counting)
+    run_tiny(inputs, tmp_path)
+    assert counting.calls == CELLS
+
+
+def test_tree_digest_follows_source_files_only(tmp_path):
+    from wattsched.experiments.cells import tree_digest
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "policy.py").write_text("RATE = 1\n")
+    (tmp_path / "kernel.c").write_text("int x;\n")
+    first = tree_digest(tmp_path)
+    (tmp_path / "notes.txt").write_text("not code")
+    assert tree_digest(tmp_path) == first
+    (tmp_path / "pkg" / "policy.py").write_text("RATE = 2\n")
+    assert tree_digest(tmp_path) != first
+
+
 def test_process_pool_interrupted_by_the_user_resumes(inputs, reference, tmp_path):
     def interrupt(done: int, total: int) -> None:
         if done == 2:
