@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from tests.market_fixtures import write_day_night_market
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.run import run_simulation
 from wattsched.policies.contract import ALLOCATION_POLICIES
@@ -14,16 +15,7 @@ from wattsched.policies.contract import ALLOCATION_POLICIES
 @pytest.fixture
 def market(tmp_path):
     """Price $200/MWh from 00:00 to 12:00 UTC, $20 after; 2 nodes x 4 V100; six 2-GPU jobs of 2 h."""
-    rows = ["time,price_usd_per_mwh"]
-    for h in range(24 * 366):
-        t = datetime(2023, 1, 1) + timedelta(hours=h)
-        rows.append(t.strftime("%Y-%m-%dT%H:00:00Z") + ("," + ("200" if t.hour < 12 else "20")))
-    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
-    (tmp_path / "c.yaml").write_text(
-        "name: small\nnode_groups:\n  - count: 2\n    gpus: 4\n    gpu_model: V100\n    cpu_milli: 32000\n"
-        "    memory_mib: 262144\n"
-    )
-    return tmp_path
+    return write_day_night_market(tmp_path)
 
 
 def _run(market, policy: dict, deadline_h: float | None, manager: str = "always-on"):

@@ -3,8 +3,6 @@ verdict arithmetic (docs/green.md)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import require_real_file
+from tests.market_fixtures import write_day_night_market
 from wattsched.experiments.config import SimulationConfig
 from wattsched.experiments.green_tables import (
     ablation_table,
@@ -195,16 +194,7 @@ def market(tmp_path):
     """Price $200/MWh from 00:00 to 12:00 UTC, $20 after; 2 nodes x 4 V100. The clocks and GPU-count mechanisms read
     the jobs' scaling from Gavel's measured throughputs (a dataset): skipped without it."""
     require_real_file("gavel-traces", "simulation_throughputs.json")
-    rows = ["time,price_usd_per_mwh"]
-    for h in range(24 * 366):
-        t = datetime(2023, 1, 1) + timedelta(hours=h)
-        rows.append(t.strftime("%Y-%m-%dT%H:00:00Z") + ("," + ("200" if t.hour < 12 else "20")))
-    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
-    (tmp_path / "c.yaml").write_text(
-        "name: small\nnode_groups:\n  - count: 2\n    gpus: 4\n    gpu_model: V100\n    cpu_milli: 32000\n"
-        "    memory_mib: 262144\n"
-    )
-    return tmp_path
+    return write_day_night_market(tmp_path)
 
 
 def _run(market, rows: list[tuple[float, float, int, float | None]], allocation: str, **more):

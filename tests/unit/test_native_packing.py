@@ -18,6 +18,7 @@ from tests.conftest import make_cluster, make_jobs, real_data_dir
 from wattsched.core.cluster import ClusterState
 from wattsched.core.requests import RequestBook
 from wattsched.engine import kernels, native_packing
+from wattsched.engine.native_packing import STATE_ARRAYS  # the cluster state's arrays
 from wattsched.engine.packing import PackingObserver, run_packing
 from wattsched.experiments.fgd_pwr import FragPowerObserver
 from wattsched.policies import PLACEMENT_POLICIES
@@ -38,16 +39,6 @@ CLUSTER = make_cluster(
     + [(2, "T4", 16_000, 65_536)] * 2
     + [(8, "G2", 96_000, 393_216), (8, "G2", 64_000, 262_144), (0, "", 16_000, 65_536)],
     name="mixed",
-)
-STATE_ARRAYS = (
-    "gpu_left",
-    "cpu_left",
-    "mem_left",
-    "free_gpus",
-    "gpu_left_total",
-    "max_gpu_left",
-    "jobs_on_node",
-    "gpu_pod_kinds",
 )
 
 

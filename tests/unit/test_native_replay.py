@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import make_cluster, make_jobs, make_sim
 from wattsched.engine import kernels, native_replay
+from wattsched.engine.native_packing import STATE_ARRAYS  # the cluster state's arrays
 from wattsched.engine.power import NodePower, PowerStateConfig
 from wattsched.engine.recorder import TimeSeriesRecorder
 from wattsched.experiments.config import SimulationConfig
@@ -50,16 +51,6 @@ SIM_ARRAYS = (
     "ckpt_next",
     "ckpt_done",
     "last_alloc",
-)
-STATE_ARRAYS = (
-    "gpu_left",
-    "cpu_left",
-    "mem_left",
-    "free_gpus",
-    "gpu_left_total",
-    "max_gpu_left",
-    "jobs_on_node",
-    "gpu_pod_kinds",
 )
 
 

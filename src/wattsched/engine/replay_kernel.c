@@ -293,6 +293,44 @@ static int64_t take_free_gpus(const Replay *r, int64_t node, int64_t count, int6
     return k;
 }
 
+/* The GPUs a gang job may take on a node with `gpus` GPUs and `cpu_free`, `mem_free` left: its CPU and memory
+   per GPU bound them (planning.py gang_gpus). */
+static int64_t gpus_served(int64_t gpus, int64_t cpu_free, int64_t mem_free, int64_t cpu, int64_t mem, int64_t ng) {
+    if (cpu > 0) {
+        int64_t by_cpu = (int64_t)np_floor_divide((double)cpu_free, (double)cpu / (double)ng);
+        if (by_cpu < gpus) gpus = by_cpu;
+    }
+    if (mem > 0) {
+        int64_t by_mem = (int64_t)np_floor_divide((double)mem_free, (double)mem / (double)ng);
+        if (by_mem < gpus) gpus = by_mem;
+    }
+    return gpus;
+}
+
+/* A gang job's shares as fill_gang builds them, node by node. */
+typedef struct {
+    int64_t ng, remaining, cpu, mem, cpu_rest, mem_rest, shares, gpus_used;
+} GangFill;
+
+/* Adds the share of `node` (up to `usable` GPUs, CPU and memory pro rata, the last share taking the rest) to the
+   tmp_* arrays; returns 1 once the job has all its GPUs. */
+static int fill_share(Loop *L, GangFill *f, int64_t node, int64_t usable) {
+    int64_t take = usable < f->remaining ? usable : f->remaining;
+    if (take <= 0) return 0;
+    f->remaining -= take;
+    int64_t c = f->remaining == 0 ? f->cpu_rest : (int64_t)((double)f->cpu / (double)f->ng * (double)take);
+    int64_t m = f->remaining == 0 ? f->mem_rest : (int64_t)((double)f->mem / (double)f->ng * (double)take);
+    f->cpu_rest -= c;
+    f->mem_rest -= m;
+    L->tmp_node[f->shares] = node;
+    L->tmp_cpu[f->shares] = c;
+    L->tmp_mem[f->shares] = m;
+    L->tmp_ngpu[f->shares] = take_free_gpus(L->r, node, take, L->tmp_gpus + f->gpus_used);
+    f->gpus_used += L->tmp_ngpu[f->shares];
+    f->shares++;
+    return f->remaining == 0;
+}
+
 static int gang_order(const void *pa, const void *pb) {
     const GangKey *a = pa, *b = pb;
     if (a->usable != b->usable) return a->usable > b->usable ? -1 : 1;
@@ -307,15 +345,7 @@ static int64_t place_gang(Loop *L, int64_t job) {
     int64_t k = 0, total = 0;
     for (int64_t n = 0; n < r->n_nodes; n++) {
         if ((mask == NULL || mask[n]) && r->available[n] && r->free_gpus[n] > 0) {
-            int64_t usable = r->free_gpus[n];
-            if (cpu > 0) {
-                int64_t by_cpu = (int64_t)np_floor_divide((double)r->cpu_left[n], (double)cpu / (double)ng);
-                if (by_cpu < usable) usable = by_cpu;
-            }
-            if (mem > 0) {
-                int64_t by_mem = (int64_t)np_floor_divide((double)r->mem_left[n], (double)mem / (double)ng);
-                if (by_mem < usable) usable = by_mem;
-            }
+            int64_t usable = gpus_served(r->free_gpus[n], r->cpu_left[n], r->mem_left[n], cpu, mem, ng);
             L->nodes[k] = n;
             L->usable[k] = usable;
             L->keys[k].usable = usable;
@@ -327,24 +357,10 @@ static int64_t place_gang(Loop *L, int64_t job) {
     }
     if (k == 0 || total < ng) return 0;
     qsort(L->keys, (size_t)k, sizeof(GangKey), gang_order);
-    int64_t remaining = ng, cpu_rest = cpu, mem_rest = mem, shares = 0, gpus_used = 0;
+    GangFill f = {ng, ng, cpu, mem, cpu, mem, 0, 0};
     for (int64_t i = 0; i < k; i++) {
         int64_t pos = L->keys[i].pos;
-        int64_t take = L->usable[pos] < remaining ? L->usable[pos] : remaining;
-        if (take <= 0) continue;
-        remaining -= take;
-        int64_t c = remaining == 0 ? cpu_rest : (int64_t)((double)cpu / (double)ng * (double)take);
-        int64_t m = remaining == 0 ? mem_rest : (int64_t)((double)mem / (double)ng * (double)take);
-        cpu_rest -= c;
-        mem_rest -= m;
-        int64_t node = L->nodes[pos];
-        L->tmp_node[shares] = node;
-        L->tmp_cpu[shares] = c;
-        L->tmp_mem[shares] = m;
-        L->tmp_ngpu[shares] = take_free_gpus(r, node, take, L->tmp_gpus + gpus_used);
-        gpus_used += L->tmp_ngpu[shares];
-        shares++;
-        if (remaining == 0) return shares;
+        if (fill_share(L, &f, L->nodes[pos], L->usable[pos])) return f.shares;
     }
     return 0;
 }
@@ -366,16 +382,7 @@ static int64_t place_gang_consolidated(Loop *L, int64_t job) {
     for (int64_t n = 0; n < r->n_nodes; n++) {
         if ((mask == NULL || mask[n]) && r->available[n] && r->free_gpus[n] == r->spec_gpu_count[n] &&
             r->spec_gpu_count[n] > 0 && r->cpu_left[n] == r->spec_cpu[n] && r->mem_left[n] == r->spec_mem[n]) {
-            int64_t hostable = r->spec_gpu_count[n];
-            if (cpu > 0) {
-                int64_t by_cpu = (int64_t)np_floor_divide((double)r->spec_cpu[n], (double)cpu / (double)ng);
-                if (by_cpu < hostable) hostable = by_cpu;
-            }
-            if (mem > 0) {
-                int64_t by_mem = (int64_t)np_floor_divide((double)r->spec_mem[n], (double)mem / (double)ng);
-                if (by_mem < hostable) hostable = by_mem;
-            }
-            L->nodes[n] = hostable; /* by node */
+            L->nodes[n] = gpus_served(r->spec_gpu_count[n], r->spec_cpu[n], r->spec_mem[n], cpu, mem, ng); /* by node */
             L->keys[k].usable = r->switch_id[n];
             L->keys[k].rank = r->rank[n];
             L->keys[k].pos = n;
@@ -398,23 +405,10 @@ static int64_t place_gang_consolidated(Loop *L, int64_t job) {
         i = e;
     }
     if (best_start < 0) return 0;
-    int64_t remaining = ng, cpu_rest = cpu, mem_rest = mem, shares = 0, gpus_used = 0;
+    GangFill f = {ng, ng, cpu, mem, cpu, mem, 0, 0};
     for (int64_t i = best_start; i < best_end; i++) {
-        int64_t node = L->keys[i].pos, usable = L->nodes[node];
-        int64_t take = usable < remaining ? usable : remaining;
-        if (take <= 0) continue;
-        remaining -= take;
-        int64_t c = remaining == 0 ? cpu_rest : (int64_t)((double)cpu / (double)ng * (double)take);
-        int64_t m = remaining == 0 ? mem_rest : (int64_t)((double)mem / (double)ng * (double)take);
-        cpu_rest -= c;
-        mem_rest -= m;
-        L->tmp_node[shares] = node;
-        L->tmp_cpu[shares] = c;
-        L->tmp_mem[shares] = m;
-        L->tmp_ngpu[shares] = take_free_gpus(r, node, take, L->tmp_gpus + gpus_used);
-        gpus_used += L->tmp_ngpu[shares];
-        shares++;
-        if (remaining == 0) return shares;
+        int64_t node = L->keys[i].pos;
+        if (fill_share(L, &f, node, L->nodes[node])) return f.shares;
     }
     return 0;
 }
