@@ -68,18 +68,7 @@ CASES: dict[str, list[str]] = {
 # A temporal and a packing run: each compiled kernel (the replay's and the packing loop's) is built before timing.
 WARM_UPS = (
     ["--workload", "synthetic", "--jobs", "50"],
-    [
-        "--mode",
-        "packing",
-        "--workload",
-        "alibaba-v2023/default",
-        "--cluster",
-        "alibaba-v2023",
-        "--placement",
-        "fgd",
-        "--max-jobs",
-        "300",
-    ],
+    [*CASES["fgd"], "--max-jobs", "300"],  # the fgd case on its first 300 pods: the compiled pod loop
 )
 THIS_SRC = Path(__file__).resolve().parents[1] / "src"
 
