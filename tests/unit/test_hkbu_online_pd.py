@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import re
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -22,6 +25,7 @@ from wattsched.policies.adapters import RoundScheduler
 from wattsched.policies.contract import ALLOCATION_POLICIES
 from wattsched.policies.hkbu_online_pd import (
     LABEL,
+    SMALL_VALUE_MAX,
     Formulation,
     OnlinePrimalDual,
     PdJob,
@@ -163,6 +167,52 @@ def _workload(tmp_path, rows):
     return str(tmp_path / "jobs.csv"), str(tmp_path / "c.yaml")
 
 
+def _one_type_form():
+    return small_formulation(np.full((1, 10), 8), 0.1)
+
+
+def test_a_job_with_a_nan_field_is_an_error_naming_it():
+    """The 0/0 speed ratio a zero-work job used to reach the algorithm with (HyperDrive trace): an error naming the
+    job, not "cannot convert float NaN to integer" from the priced-out shortcut; a NaN draw, which dropped every
+    schedule silently, is the same error, and so is a NaN job given to the offline ILP."""
+    base = PdJob(0.0, 3600.0, 4 * 3600.0, SMALL_VALUE_MAX, (1,), speed=np.array([1.0]), name="ok")
+    bad = {
+        "speed": replace(base, speed=np.array([np.nan]), name="app_0075"),
+        "GPU draw": replace(base, power_w=np.full((1, 4), np.nan), name="app_0075"),
+        "work": replace(base, work_gpu_s=float("nan"), name="app_0075"),
+        "speed [-1.0]": replace(base, speed=np.array([-1.0]), name="app_0075"),
+    }
+    for field, job in bad.items():
+        online = OnlinePrimalDual(_one_type_form())
+        with pytest.raises(WattschedError, match=rf"job 'app_0075' cannot be priced: .*{re.escape(field)}"):
+            online.arrive(job)
+        assert online.admitted == online.rejected == 0
+        with pytest.raises(WattschedError, match="app_0075"):
+            solve_offline(_one_type_form(), [base, job])
+    assert OnlinePrimalDual(_one_type_form()).arrive(base).admitted
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero")  # speed 0: an infinite run, which no schedule has
+@settings(max_examples=40, deadline=None)
+@given(
+    work=st.sampled_from([0.0, 1e-9, 600.0, 3600.0, 1e9]),
+    window=st.sampled_from([0.0, 1.0, 7200.0, 36000.0, math.inf]),
+    speed=st.sampled_from([0.0, 0.5, 1.0]),
+    arrival=st.floats(0.0, 40000.0),
+)
+def test_jobs_without_schedules_are_counted_rejections(work, window, speed, arrival):
+    """No work, no window, an unbounded deadline, speed 0, an arrival past the horizon: each one arrival that is
+    either admitted or counted as rejected, never an exception and never a NaN surplus."""
+    online = OnlinePrimalDual(_one_type_form())
+    offer = online.arrive(
+        PdJob(arrival, work, arrival + window, SMALL_VALUE_MAX, (1, 2), speed=np.array([speed]))
+    )
+    assert online.admitted + online.rejected == 1 and offer.admitted == (online.admitted == 1)
+    assert math.isfinite(offer.surplus) and offer.surplus >= 0
+    if work <= 0 or speed == 0 or not math.isfinite(window):
+        assert not offer.admitted
+
+
 def test_policy_is_registered_as_a_reconstruction():
     policy = ALLOCATION_POLICIES.create("hkbu-online-pd")
     assert policy.reconstructed and policy.needs_deadlines and LABEL in policy.description
@@ -197,7 +247,36 @@ def test_a_job_without_work_runs_at_once_instead_of_failing_the_pricing(tmp_path
     res = run_simulation(cfg, None)
     status = dict(zip(res.jobs["job_id"], res.jobs["status"], strict=True))
     assert status == {"j0": "completed", "j1": "completed"}
-    assert res.summary["policies"]["allocation"]["parameters"]["admitted"] == 1  # j0 was not priced
+    params = res.summary["policies"]["allocation"]["parameters"]
+    assert (
+        params["admitted"] == 1 and params["started_without_work"] == 1
+    )  # j0 was not priced, and is counted
+
+
+@pytest.mark.parametrize("small_first", [True, False])
+def test_a_job_without_work_starts_on_a_gpu_type_with_room_for_it(tmp_path, small_first):
+    """A zero-work 8-GPU job on a 4-GPU V100 node plus an 8-GPU A100 node: planned on GPU type 0 whatever its
+    size, it waited for ever when type 0 was the 4-GPU one (the run stalled); it runs on the type that fits."""
+    workload, _ = _workload(tmp_path, [(0, 0, 8, 3 * 3600), (10, 600, 1, 3600)])
+    groups = [("V100", 4), ("A100", 8)] if small_first else [("A100", 8), ("V100", 4)]
+    (tmp_path / "mixed.yaml").write_text(
+        "name: mixed\nnode_groups:\n"
+        + "".join(
+            f"  - count: 1\n    gpus: {n}\n    gpu_model: {m}\n    cpu_milli: 32000\n    memory_mib: 262144\n"
+            for m, n in groups
+        )
+    )
+    cfg = SimulationConfig(
+        workload=workload,
+        cluster=str(tmp_path / "mixed.yaml"),
+        allocation="hkbu-online-pd",
+        check_invariants=True,
+    )
+    res = run_simulation(cfg, None)
+    jobs = res.jobs.set_index("job_id")
+    assert dict(jobs["status"]) == {"j0": "completed", "j1": "completed"}
+    assert float(jobs.loc["j0", "end_s"]) == 0.0  # it started, and ended, on arrival
+    assert res.summary["policies"]["allocation"]["parameters"]["started_without_work"] == 1
 
 
 def test_policy_prices_out_low_value_work_when_the_cluster_fills(tmp_path):

@@ -168,6 +168,25 @@ def _empty() -> Schedules:
     return Schedules(**{k: np.zeros(0, dtype=np.int64 if k in _FIELDS[:5] else np.float64) for k in _FIELDS})
 
 
+def require_priceable(job: PdJob) -> None:
+    """Stop with an error naming the job when a field is NaN, or a speed or draw is negative: the formulation
+    cannot price it, and a NaN would otherwise drop every schedule silently or fail deep in the arithmetic. A job
+    with no work or no finite window is priceable: it has no schedule and is rejected (docs/hkbu-online-pd.md §2)."""
+    scalars = {
+        "arrival": job.arrival_s,
+        "deadline": job.deadline_s,
+        "work": job.work_gpu_s,
+        "value": job.value_per_gpu_s,
+    }
+    bad = [f"{k} {v}" for k, v in scalars.items() if math.isnan(v)]
+    for label, arr in (("speed", job.speed), ("GPU draw", job.power_w)):
+        if arr is not None and not np.all(np.asarray(arr) >= 0):  # NaN compares False
+            bad.append(f"{label} {np.asarray(arr).tolist()}")
+    if bad:
+        who = repr(job.name) if job.name else f"arriving at {job.arrival_s:g} s"
+        raise WattschedError(f"{LABEL}: job {who} cannot be priced: {'; '.join(bad)}")
+
+
 def enumerate_schedules(form: Formulation, job: PdJob) -> Schedules:
     """Every schedule the formulation offers `job`, ordered so that ties favour the default clock, then the
     earliest start (np.argmax keeps the first maximum)."""
@@ -342,7 +361,17 @@ class OnlinePrimalDual:
 
     def priced_out(self, job: PdJob) -> bool:
         """An exact shortcut: True when no schedule can have a positive surplus, because even the full utility
-        beta W is below the cheapest GPU-slot price of the window times the fewest GPU-slots any schedule holds."""
+        beta W is below the cheapest GPU-slot price of the window times the fewest GPU-slots any schedule holds.
+        False for a job without schedules by construction (no work, no finite window, speed 0 on every type):
+        listing finds none."""
+        speed = 1.0 if job.speed is None else float(np.max(job.speed))
+        if not (
+            job.work_gpu_s > 0
+            and speed > 0
+            and math.isfinite(job.arrival_s)
+            and math.isfinite(job.deadline_s)
+        ):
+            return False
         slot = self.form.slot_s
         lo = math.floor(job.arrival_s / slot + _EPS)
         hi = min(math.ceil(job.deadline_s / slot), self.form.shape[1])
@@ -350,11 +379,11 @@ class OnlinePrimalDual:
             return False
         types = range(self.form.shape[0]) if job.types is None else job.types
         cheapest = min(float(self.prices[k, lo:hi].min()) for k in types)
-        speed = 1.0 if job.speed is None else float(np.max(job.speed))
         fewest = max(math.ceil(job.work_gpu_s / (max(job.gpu_counts) * speed * slot) - _EPS), 1)
         return job.value_per_gpu_s * job.work_gpu_s <= min(job.gpu_counts) * fewest * cheapest
 
     def arrive(self, job: PdJob) -> Offer:
+        require_priceable(job)
         if self.priced_out(job):
             self.rejected += 1
             return Offer(None, 0.0, False, -1)
@@ -414,6 +443,8 @@ def solve_offline(
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
 
+    for job in jobs:
+        require_priceable(job)
     per_job = [enumerate_schedules(form, j) for j in jobs]
     sizes = np.array([len(s) for s in per_job], dtype=np.int64)
     total = int(sizes.sum())

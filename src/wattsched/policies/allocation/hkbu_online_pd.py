@@ -106,7 +106,7 @@ class HkbuOnlinePd(AllocationPolicy):
             for f in self.clocks.fraction
         ]
         self.placement = PLACEMENT_POLICIES.create("best-fit")
-        self.late_starts = self.no_deadline = 0
+        self.late_starts = self.no_deadline = self.started_without_work = 0
         self.pd: OnlinePrimalDual | None = None
 
     # --- set-up -----------------------------------------------------------------------------------------------
@@ -183,6 +183,8 @@ class HkbuOnlinePd(AllocationPolicy):
             "placement": "best-fit at the planned start; a job that finds no place then starts at the next "
             "decision that finds one (late start)",
             "jobs_without_deadline": "rejected",
+            "jobs_without_work": "GPU jobs of zero work (zero-duration trace rows) are not priced: they start at "
+            "once on the first GPU type with room, like jobs without GPUs (counted: started_without_work)",
         }
         if self.pd is not None:
             out.update(
@@ -202,6 +204,7 @@ class HkbuOnlinePd(AllocationPolicy):
                     },
                     "late_starts": self.late_starts,
                     "rejected_without_deadline": self.no_deadline,
+                    "started_without_work": self.started_without_work,
                 }
             )
         return out
@@ -237,7 +240,14 @@ class HkbuOnlinePd(AllocationPolicy):
             gpu_counts=(g,),
             speed=np.where(np.isfinite(run), fastest / run, 0.0),
             power_w=power,
+            name=str(jobs.job_id[j]),
         )
+
+    def _type_with_room(self, gpus: int) -> int | None:
+        """The first GPU type with at least `gpus` GPUs (type 0 for a job without GPUs), or None: where an unpriced
+        job runs, since placement is restricted to the planned type's nodes."""
+        fits = np.flatnonzero(self.form.capacity[:, 0] >= gpus)
+        return int(fits[0]) if fits.size else None
 
     def _new_arrivals(self, view: ClusterView) -> list[int]:
         end = int(np.searchsorted(self._submit_sorted, view.now, side="right"))
@@ -253,10 +263,15 @@ class HkbuOnlinePd(AllocationPolicy):
         new = self._new_arrivals(view)
         work = view.remaining_work(np.asarray(new, dtype=np.int64)).tolist() if new else []
         for j, w in zip(new, work, strict=True):
-            if (
-                int(self.jobs.num_gpu[j]) == 0 or w <= 0
-            ):  # nothing to price (no GPUs or no work): runs at once
-                self._planned[j] = (0, DEFAULT_SETTING, view.now)
+            g = int(self.jobs.num_gpu[j])
+            if g == 0 or w <= 0:  # nothing to price (no GPUs or no work): runs at once
+                k = self._type_with_room(g)
+                if k is None:  # more GPUs than any one type has: it can never start
+                    online.rejected += 1
+                    reject.append(j)
+                    continue
+                self.started_without_work += int(g > 0)
+                self._planned[j] = (k, DEFAULT_SETTING, view.now)
                 heapq.heappush(self._due, (view.now, j))
                 continue
             job = self._job(view, j, w)
