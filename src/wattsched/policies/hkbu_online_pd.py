@@ -172,6 +172,13 @@ def require_priceable(job: PdJob) -> None:
     """Stop with an error naming the job when a field is NaN, or a speed or draw is negative: the formulation
     cannot price it, and a NaN would otherwise drop every schedule silently or fail deep in the arithmetic. A job
     with no work or no finite window is priceable: it has no schedule and is rejected (docs/hkbu-online-pd.md §2)."""
+    speed, power = job.speed, job.power_w
+    if (
+        not math.isnan(job.arrival_s + job.deadline_s + job.work_gpu_s + job.value_per_gpu_s)
+        and (speed is None or bool((np.asarray(speed) >= 0).all()))  # NaN compares False
+        and (power is None or bool((np.asarray(power) >= 0).all()))
+    ):
+        return  # the common case, once per arrival: no messages built
     scalars = {
         "arrival": job.arrival_s,
         "deadline": job.deadline_s,
@@ -179,8 +186,8 @@ def require_priceable(job: PdJob) -> None:
         "value": job.value_per_gpu_s,
     }
     bad = [f"{k} {v}" for k, v in scalars.items() if math.isnan(v)]
-    for label, arr in (("speed", job.speed), ("GPU draw", job.power_w)):
-        if arr is not None and not np.all(np.asarray(arr) >= 0):  # NaN compares False
+    for label, arr in (("speed", speed), ("GPU draw", power)):
+        if arr is not None and not np.all(np.asarray(arr) >= 0):
             bad.append(f"{label} {np.asarray(arr).tolist()}")
     if bad:
         who = repr(job.name) if job.name else f"arriving at {job.arrival_s:g} s"
