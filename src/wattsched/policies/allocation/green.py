@@ -29,14 +29,18 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   hour that still meets its deadline (with ``DEADLINE_MARGIN_S``) (CE-DLA's price-aware timing, as a rule per job).
   Off: nothing waits on purpose. Without a price signal it has nothing to act on and idles (the run is not refused:
   the other mechanisms stand alone; ``rounds_with_prices`` in the summary says whether it saw prices).
+* **colocate**: a training job that would wait for GPUs (or for a node to boot) shares the GPUs of a running
+  training job where the performance model predicts the pair uses less energy than apart, neither run stretches
+  beyond ``1 + colocation_bound`` and both deadlines hold; judged again after EaCO's observation window and undone
+  where the observed speeds break that (``green_colocate.py``). Services never share. Off: the job waits.
 
 The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
 against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time). Deadlines and
 services are hard constraints: urgent jobs and services are never deferred nor slowed.
 
 Names: ``wattsched-green`` with every mechanism, ``wattsched-green-no-<mechanism>[-no-<mechanism>...]`` with
-some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>`` and
-``-x<max_stretch>`` suffixes for the weights, e.g.
+some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>``,
+``-x<max_stretch>``, ``-k<kwh_per_job_hour>`` and ``-j<colocation_bound>`` suffixes for the weights, e.g.
 ``wattsched-green-no-clocks-w0.5``.
 """
 
