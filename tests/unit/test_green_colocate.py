@@ -90,6 +90,16 @@ def test_a_pair_beyond_the_bound_or_a_deadline_is_refused():
     assert tight.predict(_View(), 0, HOST, 3600.0, 1, 3600.0) is None
 
 
+def test_the_deadline_margin_guards_only_a_slowdown():
+    # 3,600 s of work, 3,700 s to the deadline: inside the 1,800 s planning margin. A pair that does not slow the job
+    # (input-bound jobs overlap at full speed) keeps it; one that slows it by 5 % does not.
+    deadlines = (3700.0, math.nan)
+    assert (
+        _colocation(speed=1.0, deadlines=deadlines).predict(_View(), 0, HOST, 3600.0, 1, 3600.0) is not None
+    )
+    assert _colocation(speed=0.95, deadlines=deadlines).predict(_View(), 0, HOST, 3600.0, 1, 3600.0) is None
+
+
 def test_a_pair_that_costs_energy_is_refused():
     # Two heavy jobs each at half speed: the GPU works as much as apart, for no saving of dynamic power, and the pair
     # keeps one GPU busy twice as long; with the base draw saved it still must come out lower: here it does not.

@@ -126,9 +126,16 @@ class Colocation:
     def _model(self, job: int) -> str:
         return f"{self.perf.model_key(job)}@{float(self.jobs.batch_size[job]):g}"
 
-    def _deadline_holds(self, job: int, now: float, run_s: float) -> bool:
+    def _deadline_holds(self, job: int, now: float, run_s: float, alone_s: float) -> bool:
+        """Whether a job that runs `run_s` from now (`alone_s` alone) ends before its deadline with the planning
+        margin, or, where sharing does not slow it, before its deadline (the margin guards the slowdown only)."""
         deadline = self.deadline[job]
-        return math.isnan(deadline) or now + run_s <= float(deadline) - self.margin_s
+        if math.isnan(deadline):
+            return True
+        end = now + run_s
+        return end <= float(deadline) - self.margin_s or (
+            run_s <= alone_s * (1 + 1e-9) and end <= float(deadline)
+        )
 
     def predict(
         self,
@@ -149,8 +156,8 @@ class Colocation:
         if host_s > limit * host_left_s or guest_s > limit * guest_left_s:
             return None
         delay = view.restart_delay_s(guest, host_target)
-        if not self._deadline_holds(host, view.now, host_s) or not self._deadline_holds(
-            guest, view.now, guest_s + delay
+        if not self._deadline_holds(host, view.now, host_s, host_left_s) or not self._deadline_holds(
+            guest, view.now, guest_s + delay, guest_left_s + delay
         ):
             return None
         perf, base = self.perf, self.base_share_w
@@ -234,7 +241,8 @@ class Colocation:
         if host_s > limit * float(left[0]) or guest_s > limit * float(left[1]):
             return True
         return not (
-            self._deadline_holds(host, view.now, host_s) and self._deadline_holds(guest, view.now, guest_s)
+            self._deadline_holds(host, view.now, host_s, float(left[0]))
+            and self._deadline_holds(guest, view.now, guest_s, float(left[1]))
         )
 
     def needs_round(self, view: ClusterView) -> bool:
