@@ -145,13 +145,13 @@ def market(tmp_path):
     return write_day_night_market(tmp_path)
 
 
-def _run(market, rows, allocation: str, **more):
-    """rows: (submit s, duration s, GPUs, deadline s after 0 or None)."""
+def _run(market, rows, allocation: str, cpu_milli: int = 0, **more):
+    """rows: (submit s, duration s, GPUs, deadline s after 0 or None); every job asks `cpu_milli` per GPU."""
     with_deadline = any(r[3] is not None for r in rows)
-    lines = ["job_id,submit_time,duration,num_gpu" + (",deadline_at" if with_deadline else "")]
+    lines = ["job_id,submit_time,duration,num_gpu,cpu_milli" + (",deadline_at" if with_deadline else "")]
     for i, (submit, duration, gpus, deadline) in enumerate(rows):
         extra = (f",{deadline:g}" if deadline is not None else ",") if with_deadline else ""
-        lines.append(f"j{i},{submit:g},{duration:g},{gpus}{extra}")
+        lines.append(f"j{i},{submit:g},{duration:g},{gpus},{cpu_milli * gpus}{extra}")
     (market / "jobs.csv").write_text("\n".join(lines) + "\n")
     cfg = SimulationConfig(
         workload=str(market / "jobs.csv"), cluster=str(market / "c.yaml"), price_csv=str(market / "p.csv"),
@@ -189,6 +189,14 @@ def test_no_pair_forms_beyond_the_bound_or_a_deadline(market):
     rows = [*FULL[:8], (3600.0, 2 * 3600.0, 1, 3600.0 + 2 * 3600.0 + 1800.0 + 120.0)]
     strict = _run(market, rows, BASE + "-j3")
     assert _counters(strict)["colocated_starts"] == 0
+
+
+def test_no_pair_forms_where_the_node_has_no_cpu_left_for_the_newcomer(market):
+    # Each job asks a quarter of its node's 32 cores per GPU: a node whose four GPUs are busy has none left.
+    crowded = _run(market, FULL, BASE + "-j0.5", cpu_milli=8000)
+    assert _counters(crowded)["colocated_starts"] == 0
+    roomy = _run(market, FULL, BASE + "-j0.5", cpu_milli=4000)
+    assert _counters(roomy)["colocated_starts"] >= 1
 
 
 def test_an_observed_slowdown_beyond_the_bound_is_undone(market, monkeypatch):

@@ -188,7 +188,10 @@ class Colocation:
                 continue
             host = self.partner[guest]
             del self.due[guest]
-            if self._breaks_bound(view, host, guest):
+            verdict = self._breaks_bound(view, host, guest)
+            if verdict is None:  # one of them is restarting: look again one window later
+                self.due[guest] = view.now + self.observation_s
+            elif verdict:
                 self.undos += 1
                 self.solo_only.update((host, guest))
                 self.refused.add((self._model(host), self._model(guest)))
@@ -215,12 +218,13 @@ class Colocation:
         else:
             plan.restore(job)
 
-    def _breaks_bound(self, view: ClusterView, host: int, guest: int) -> bool:
-        """Whether the pair, at the speeds observed now, stretches a job beyond the bound or past its deadline."""
+    def _breaks_bound(self, view: ClusterView, host: int, guest: int) -> bool | None:
+        """Whether the pair, at the speeds observed now, stretches a job beyond the bound or past its deadline
+        (None: nothing to observe now)."""
         target = view.target(host)
         guest_target = view.target(guest)
         if target is None or guest_target is None:
-            return False
+            return None
         code = int(self.codes[guest])
         key = gpu_set(target.placement)
         pair = np.array([host, guest])
@@ -232,7 +236,7 @@ class Colocation:
             ]
         )
         if (rates <= 0).any() or (solo <= 0).any():
-            return False  # one is restarting: nothing observed yet
+            return None  # one is restarting: nothing observed yet
         self.observations += 1
         speeds = np.minimum(rates / solo, 1.0)
         left = view.remaining_work(pair) / solo
