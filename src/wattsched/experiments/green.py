@@ -34,6 +34,7 @@ from ..policies.allocation.green import (
     MECHANISMS,
     green_name,
 )
+from ..policies.allocation.green_colocate import DEFAULT_COLOCATION_BOUND
 from .config import SimulationConfig, same_setting
 from .grid import require_times
 from .jobmodel import require_one_job_model
@@ -101,6 +102,12 @@ class GreenConfig(BaseModel):
         ge=0,
         description="wattsched-green weight: kWh one job-hour of delay is worth (shrink's trade of energy for JCT)",
     )
+    colocation_bound: float = Field(
+        DEFAULT_COLOCATION_BOUND,
+        ge=0,
+        description="wattsched-green weight: the most co-location (colocate) may stretch either job's run, as a "
+        "fraction of it",
+    )
     ablation: bool = Field(True, description="also run wattsched-green with each mechanism off in turn")
     compared: list[str] = Field(
         default_factory=lambda: list(COMPARED),
@@ -130,6 +137,9 @@ def green_variants(cfg: GreenConfig) -> dict[str, str]:
         "scale_tolerance": None if g == DEFAULT_SCALE_TOLERANCE else g,
         "max_stretch": None if x == DEFAULT_MAX_STRETCH else x,
         "kwh_per_job_hour": None if k == DEFAULT_KWH_PER_JOB_HOUR else k,
+        "colocation_bound": None
+        if cfg.colocation_bound == DEFAULT_COLOCATION_BOUND
+        else cfg.colocation_bound,
     }
     out = {GREEN: green_name((), **weights)}
     if cfg.ablation:

@@ -452,6 +452,19 @@ class PerformanceModel:
             factor = min(factor, sharing.speed(own, loads, busy_scale))
         return factor
 
+    def shared_factor_source(self, job: int, gpu_code: int, other: int) -> str:
+        """Where :meth:`predicted_shared_factor` takes the pair (job, other) from: 'measured' (a measured pair's
+        throughputs, a sharing model fitted to both jobs' measured pairs, or measured profiles of both jobs on this
+        GPU type) or 'modelled' (the sharing model from the jobs' loads)."""
+        if self._pair_factor(job, gpu_code, [other]) is not None:
+            return "measured"
+        if self._calibrated(job) and self._calibrated(other):
+            return "measured"
+        util = self._measured_util.get(gpu_code)
+        if util is not None and not np.isnan(util[job]) and not np.isnan(util[other]):
+            return "measured"
+        return "modelled"
+
     def shared_load(
         self, job: int, gpu_code: int, setting: GpuSetting, co_runners: Sequence[Sequence[int]]
     ) -> float:

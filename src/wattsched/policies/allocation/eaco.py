@@ -25,14 +25,12 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ...core.cluster import MILLI
 from ...core.gpus import gpu_model
-from ...core.settings import DEFAULT_SETTING
 from ...core.states import STATUS_RUNNING
 from ...perf.colocation import EACO_GPUS, EACO_PAIRS
 from ..base import PLACEMENT_POLICIES
@@ -46,18 +44,12 @@ from ..contract import (
     Target,
 )
 from ..planning import Plan, held_target, job_gpu_codes, on_same_gpus
+from ..sharing import gpu_set, gpu_set_size, solo_rate_on
 
 MAX_JOBS_PER_GPU = 4  # the paper measures sets of up to four jobs
+JCT_BOUND = 1.10  # run time against alone, for jobs without a deadline (docs/eaco.md §3)
+EPOCH_S = 1440.0  # the observation window: EaCO's Table 1 epochs take 0.39-0.40 h (docs/eaco.md §3)
 SHARE = MILLI // MAX_JOBS_PER_GPU
-
-
-def _gpu_set(placement) -> tuple:
-    return tuple((node, tuple(gpus)) for node, gpus, _, _ in placement)
-
-
-@lru_cache(maxsize=65536)
-def _size(key: tuple) -> int:
-    return sum(len(g) for _, g in key)
 
 
 def _basis(alpha: float, util: float, memory: float, jct_bound: float, epoch_s: float, max_jobs: int) -> str:
@@ -100,8 +92,8 @@ class EaCO(AllocationPolicy):
         alpha: float = 0.5,
         util_threshold: float = 0.9,
         memory_threshold: float = 0.9,
-        jct_bound: float = 1.10,
-        epoch_s: float = 1440.0,
+        jct_bound: float = JCT_BOUND,
+        epoch_s: float = EPOCH_S,
         max_jobs_per_gpu: int = MAX_JOBS_PER_GPU,
     ) -> None:
         if not 0.0 <= alpha <= 1.0:
@@ -207,8 +199,7 @@ class EaCO(AllocationPolicy):
 
     def _solo_rate(self, job: int, key: tuple) -> float:
         """The job's speed alone on this GPU set (a set over several nodes or switches runs unconsolidated)."""
-        switches = len({int(self.spec.switch_id[node]) for node, _ in key})
-        return self.perf.solo_rate(job, int(self.codes[job]), _size(key), len(key), switches, DEFAULT_SETTING)
+        return solo_rate_on(self.perf, self.spec, job, int(self.codes[job]), key)
 
     # --- the decision ---------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
@@ -228,7 +219,7 @@ class EaCO(AllocationPolicy):
         for j in running.tolist():
             target = view.target(j)
             if target is not None and target.num_gpus > 0:
-                key = _gpu_set(target.placement)
+                key = gpu_set(target.placement)
                 sets.setdefault(key, []).append(j)
                 where[key] = target.placement
         requeue = self._observe(view, plan, sets)
@@ -275,7 +266,7 @@ class EaCO(AllocationPolicy):
 
     def _update_open(self, key: tuple, group: list[int]) -> None:
         """Keep `_open` (size -> open set -> (summed load, summed memory)) current for one set."""
-        bucket = self._open.setdefault(_size(key), {})
+        bucket = self._open.setdefault(gpu_set_size(key), {})
         if not group or len(group) >= self.max_jobs or not self.solo_only.isdisjoint(group):
             bucket.pop(key, None)
             return
@@ -304,7 +295,7 @@ class EaCO(AllocationPolicy):
                 continue
             del self.watch[job]
             rate = float(view.rate(np.array([job]))[0])
-            key = _gpu_set(held_target(view, job).placement)
+            key = gpu_set(held_target(view, job).placement)
             solo = self._solo_rate(job, key)
             if rate <= 0 or solo <= 0:
                 continue
@@ -367,7 +358,7 @@ class EaCO(AllocationPolicy):
         whole = req if req.gpu_milli >= MILLI else replace(req, gpu_milli=MILLI)
         free = self.placement.place(plan.state, whole)
         if free is not None:  # alone on free GPUs: nothing could run it faster, so no bound to check
-            free_key = _gpu_set(free)
+            free_key = gpu_set(free)
             cand = (self._objective(view, job, [], free_key, gpu, check=False), 0.0, free_key, free)
             if best is None or cand[:2] < best[:2]:
                 best = cand

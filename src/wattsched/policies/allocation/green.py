@@ -29,14 +29,18 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   hour that still meets its deadline (with ``DEADLINE_MARGIN_S``) (CE-DLA's price-aware timing, as a rule per job).
   Off: nothing waits on purpose. Without a price signal it has nothing to act on and idles (the run is not refused:
   the other mechanisms stand alone; ``rounds_with_prices`` in the summary says whether it saw prices).
+* **colocate**: a training job that would wait for GPUs (or for a node to boot) shares the GPUs of a running
+  training job where the performance model predicts the pair uses less energy than apart, neither run stretches
+  beyond ``1 + colocation_bound`` and both deadlines hold; judged again after EaCO's observation window and undone
+  where the observed speeds break that (``green_colocate.py``). Services never share. Off: the job waits.
 
 The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
 against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time). Deadlines and
 services are hard constraints: urgent jobs and services are never deferred nor slowed.
 
 Names: ``wattsched-green`` with every mechanism, ``wattsched-green-no-<mechanism>[-no-<mechanism>...]`` with
-some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>`` and
-``-x<max_stretch>`` suffixes for the weights, e.g.
+some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>``,
+``-x<max_stretch>``, ``-k<kwh_per_job_hour>`` and ``-j<colocation_bound>`` suffixes for the weights, e.g.
 ``wattsched-green-no-clocks-w0.5``.
 """
 
@@ -65,9 +69,10 @@ from ..contract import (
     Target,
 )
 from ..planning import Consolidated, Plan, held_target, job_gpu_codes
+from .green_colocate import DEFAULT_COLOCATION_BOUND, Colocation
 
 NAME = "wattsched-green"
-MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift", "shrink")
+MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift", "shrink", "colocate")
 SLOT_S = 3600.0  # day-ahead prices are hourly
 HORIZON_H = 24  # hours of prices looked ahead
 DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
@@ -106,6 +111,7 @@ class WattschedGreen(AllocationPolicy):
         scale_tolerance: float = DEFAULT_SCALE_TOLERANCE,
         max_stretch: float = DEFAULT_MAX_STRETCH,
         kwh_per_job_hour: float = DEFAULT_KWH_PER_JOB_HOUR,
+        colocation_bound: float = DEFAULT_COLOCATION_BOUND,
     ) -> None:
         chosen = set(mechanisms)
         unknown = sorted(chosen - set(MECHANISMS))
@@ -138,6 +144,7 @@ class WattschedGreen(AllocationPolicy):
         self.widened_starts = 0
         self.shrunk_starts = 0
         self.priced_rounds = 0  # rounds that saw day-ahead prices (price-shift idles without them)
+        self.colocation = Colocation(colocation_bound)  # green_colocate.py
 
     def on(self, mechanism: str) -> bool:
         return mechanism in self.mechanisms
@@ -148,6 +155,8 @@ class WattschedGreen(AllocationPolicy):
             needs.add(Capability.SETS_GPU_SETTINGS)
         if self.on("gpus") or self.on("shrink"):
             needs.add(Capability.RESIZES)
+        if self.on("colocate"):  # a pair shares GPUs; an undo stops its guest
+            needs.update((Capability.SHARES_GPUS, Capability.PREEMPTS))
         return frozenset(needs)
 
     def bind(self, ctx: BindContext) -> None:
@@ -188,6 +197,9 @@ class WattschedGreen(AllocationPolicy):
         self._seconds_per_work = np.full(len(jobs), np.nan)
         self._levels: dict[int, list[tuple[GpuSetting, float, float]]] = {}
         self._slowed: set[int] = set()  # running jobs below the default setting
+        self.colocation.bind(
+            ctx.perf, spec, jobs, self.codes, self.service, self.base_share_w, DEADLINE_MARGIN_S
+        )
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -208,6 +220,7 @@ class WattschedGreen(AllocationPolicy):
             "widened_starts": self.widened_starts,
             "shrunk_starts": self.shrunk_starts,
             "rounds_with_prices": self.priced_rounds,
+            **self.colocation.parameters(),
         }
 
     # --- one job's numbers ----------------------------------------------------------------------------------
@@ -390,8 +403,9 @@ class WattschedGreen(AllocationPolicy):
         # The forecast falls when its oldest arrival leaves the history: decide again then, so that headroom for
         # arrivals long past is given back (and idle nodes switch off) without waiting for the next event.
         expiry = self._forecast_expiry(now) if headroom else None
-        if pending.size == 0:
-            return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=expiry)
+        pairs_due = self.on("colocate") and self.colocation.needs_round(view)
+        if pending.size == 0 and not pairs_due:
+            return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=self._sooner(expiry, now))
         left = self._seconds_left(view, pending)
         order = self._order(view, pending, left)
         deferred_now = set(view.deferred_jobs().tolist())
@@ -400,6 +414,10 @@ class WattschedGreen(AllocationPolicy):
             prices = view.price_ahead_usd_per_mwh(HORIZON_H)
             self.priced_rounds += prices is not None
         plan = Plan(view)
+        if pairs_due:
+            self.colocation.begin_round(view, plan)  # partners that left, pairs judged after observation
+        hosts: dict | None = None  # running jobs a waiting one may join (colocate), found when first needed
+        unpaired: set[tuple] = set()
         defer: list[int] = []
         wake: float | None = None
         start_later: set[int] = set()
@@ -443,6 +461,11 @@ class WattschedGreen(AllocationPolicy):
             if found is None and self.service[job] and self.gpus[job] > self.gpus_per_node:
                 # A service must not wait: without whole nodes free it takes GPUs wherever they are.
                 found = plan.place(job, self.placement)
+            if found is None and self.on("colocate") and not self.service[job]:
+                if hosts is None:
+                    hosts = self.colocation.hosts(view, plan, self._slowed)
+                if self.colocation.try_join(view, plan, job, left_of[job], hosts, unpaired):
+                    continue  # it shares a running job's GPUs instead of waiting
             if found is None:
                 waiting_after.append(job)
                 if not self.service[job] and now - float(self.jobs.submit_s[job]) >= STRICT_AFTER_S:
@@ -473,9 +496,17 @@ class WattschedGreen(AllocationPolicy):
         undefer = sorted(j for j in deferred_now if j not in start_later)
         if expiry is not None:
             wake = expiry if wake is None else min(wake, expiry)
+        wake = self._sooner(wake, now)
         decision = plan.decision(running, wake_at=wake, defer=defer, undefer=undefer)
         decision.keep_free_gpus = headroom
         return decision
+
+    def _sooner(self, wake: float | None, now: float) -> float | None:
+        """`wake`, or the next co-located pair's judgement if sooner (colocate)."""
+        due = self.colocation.next_due(now) if self.colocation.due else None
+        if due is None:
+            return wake
+        return due if wake is None else min(wake, due)
 
     def _contended(self, plan: Plan, waiting: list[int]) -> bool:
         """Whether the jobs left waiting ask for more GPUs than are free on every node, powered or not."""
@@ -513,13 +544,14 @@ class WattschedGreen(AllocationPolicy):
 
 ALLOCATION_POLICIES.register(NAME)(WattschedGreen)
 
-_SUFFIX = re.compile(r"-(w|s|g|x|k)(\d+(?:\.\d+)?)$")
+_SUFFIX = re.compile(r"-(w|s|g|x|k|j)(\d+(?:\.\d+)?)$")
 _WEIGHT = {
     "w": "usd_per_job_hour",
     "s": "max_slowdown",
     "g": "scale_tolerance",
     "x": "max_stretch",
     "k": "kwh_per_job_hour",
+    "j": "colocation_bound",
 }
 
 
@@ -559,6 +591,7 @@ def green_name(
     scale_tolerance: float | None = None,
     max_stretch: float | None = None,
     kwh_per_job_hour: float | None = None,
+    colocation_bound: float | None = None,
 ) -> str:
     """The registered name of the policy with `off` switched off and the weights given (None: the default; the
     inverse of :func:`parse_name`)."""
@@ -569,6 +602,7 @@ def green_name(
         ("g", scale_tolerance),
         ("x", max_stretch),
         ("k", kwh_per_job_hour),
+        ("j", colocation_bound),
     )
     for letter, value in weights:
         if value is not None:
