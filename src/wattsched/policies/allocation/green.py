@@ -36,7 +36,7 @@ services are hard constraints: urgent jobs and services are never deferred nor s
 
 Names: ``wattsched-green`` with every mechanism, ``wattsched-green-no-<mechanism>[-no-<mechanism>...]`` with
 some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>`` and
-``-x<max_stretch>`` suffixes for the weights, e.g.
+``-x<max_stretch>`` and ``-c<usd_per_tonne_co2>`` (carbon's price, for price-shift) suffixes for the weights, e.g.
 ``wattsched-green-no-clocks-w0.5``.
 """
 
@@ -65,6 +65,9 @@ from ..contract import (
     Target,
 )
 from ..planning import Consolidated, Plan, held_target, job_gpu_codes
+from . import energy_budget
+from .green_budget import GreenBudget
+from .green_carbon import carbon_priced
 
 NAME = "wattsched-green"
 MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift", "shrink")
@@ -84,6 +87,7 @@ DEFAULT_MAX_SLOWDOWN = 0.10
 DEFAULT_SCALE_TOLERANCE = 0.3
 DEFAULT_MAX_STRETCH = 2.0
 DEFAULT_KWH_PER_JOB_HOUR = 2.5
+DEFAULT_USD_PER_TONNE_CO2 = 0.0
 
 
 class WattschedGreen(AllocationPolicy):
@@ -106,6 +110,7 @@ class WattschedGreen(AllocationPolicy):
         scale_tolerance: float = DEFAULT_SCALE_TOLERANCE,
         max_stretch: float = DEFAULT_MAX_STRETCH,
         kwh_per_job_hour: float = DEFAULT_KWH_PER_JOB_HOUR,
+        usd_per_tonne_co2: float = DEFAULT_USD_PER_TONNE_CO2,
     ) -> None:
         chosen = set(mechanisms)
         unknown = sorted(chosen - set(MECHANISMS))
@@ -126,6 +131,12 @@ class WattschedGreen(AllocationPolicy):
             raise ValueError(f"kwh_per_job_hour must be a finite number >= 0, got {kwh_per_job_hour}")
         self.max_stretch = float(max_stretch)
         self.kwh_per_job_hour = float(kwh_per_job_hour)
+        if usd_per_tonne_co2 < 0 or not math.isfinite(usd_per_tonne_co2):
+            raise ValueError(f"usd_per_tonne_co2 must be a finite number >= 0, got {usd_per_tonne_co2}")
+        self.usd_per_tonne_co2 = float(usd_per_tonne_co2)
+        self.carbon_rounds = 0  # rounds whose price-shift saw a carbon forecast (weight > 0 only)
+        self.budget = GreenBudget()  # PowerFlow's budget when one is given (green_budget.py)
+        self._shrink_weight = self.kwh_per_job_hour  # lower in a round the budget makes tight
         self.mechanisms = frozenset(chosen)
         self.usd_per_job_hour = float(usd_per_job_hour)
         self.max_slowdown = float(max_slowdown)
@@ -148,7 +159,7 @@ class WattschedGreen(AllocationPolicy):
             needs.add(Capability.SETS_GPU_SETTINGS)
         if self.on("gpus") or self.on("shrink"):
             needs.add(Capability.RESIZES)
-        return frozenset(needs)
+        return frozenset(needs) | energy_budget.needs_meter(params, self.budget.budget_j)
 
     def bind(self, ctx: BindContext) -> None:
         spec, jobs = ctx.spec, ctx.jobs
@@ -188,6 +199,7 @@ class WattschedGreen(AllocationPolicy):
         self._seconds_per_work = np.full(len(jobs), np.nan)
         self._levels: dict[int, list[tuple[GpuSetting, float, float]]] = {}
         self._slowed: set[int] = set()  # running jobs below the default setting
+        self.budget.bind(ctx, self)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -208,6 +220,9 @@ class WattschedGreen(AllocationPolicy):
             "widened_starts": self.widened_starts,
             "shrunk_starts": self.shrunk_starts,
             "rounds_with_prices": self.priced_rounds,
+            "usd_per_tonne_co2": self.usd_per_tonne_co2,
+            "rounds_with_carbon": self.carbon_rounds,
+            **self.budget.parameters(),
         }
 
     # --- one job's numbers ----------------------------------------------------------------------------------
@@ -290,7 +305,7 @@ class WattschedGreen(AllocationPolicy):
 
     def _shrink_score(self, energy_j: float, seconds: float) -> float:
         """kWh of a run plus what its run time is worth (the JCT it adds), in kWh."""
-        return energy_j / 3.6e6 + self.kwh_per_job_hour * seconds / 3600.0
+        return energy_j / 3.6e6 + self._shrink_weight * seconds / 3600.0
 
     # --- clocks -----------------------------------------------------------------------------------------------
     def _limits(self, code: int) -> list[tuple[GpuSetting, float, float]]:
@@ -307,15 +322,16 @@ class WattschedGreen(AllocationPolicy):
             self._levels[code] = levels
         return levels
 
-    def _clock(self, job: int, now: float, seconds_left: float) -> GpuSetting:
-        """The least energy per unit of work within the slowdown bound and the deadline."""
+    def _clock(self, job: int, now: float, seconds_left: float, unbounded: bool = False) -> GpuSetting:
+        """The least energy per unit of work within the slowdown bound (none if `unbounded`) and the deadline."""
         code = int(self.codes[job])
         if code < 0:
             return DEFAULT_SETTING
         best, best_energy = DEFAULT_SETTING, self._draw_w(job, DEFAULT_SETTING)  # J per second at speed 1
         slack = self._slack_s(job, now, seconds_left)
         for setting, speed, _ in self._limits(code):
-            if setting is DEFAULT_SETTING or speed <= 0 or 1.0 / speed - 1.0 > self.max_slowdown + 1e-12:
+            bound = math.inf if unbounded else self.max_slowdown
+            if setting is DEFAULT_SETTING or speed <= 0 or 1.0 / speed - 1.0 > bound + 1e-12:
                 continue
             if seconds_left * (1.0 / speed - 1.0) > slack:
                 continue
@@ -390,7 +406,10 @@ class WattschedGreen(AllocationPolicy):
         # The forecast falls when its oldest arrival leaves the history: decide again then, so that headroom for
         # arrivals long past is given back (and idle nodes switch off) without waiting for the next event.
         expiry = self._forecast_expiry(now) if headroom else None
-        if pending.size == 0:
+        self.budget.check_floor(view)
+        tight = self.budget.tight(view)  # False without a budget
+        self._shrink_weight = self.budget.shrink_weight(self.kwh_per_job_hour, tight)
+        if pending.size == 0 and not tight:
             return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=expiry)
         left = self._seconds_left(view, pending)
         order = self._order(view, pending, left)
@@ -399,6 +418,8 @@ class WattschedGreen(AllocationPolicy):
         if self.on("price-shift"):
             prices = view.price_ahead_usd_per_mwh(HORIZON_H)
             self.priced_rounds += prices is not None
+            prices, with_carbon = carbon_priced(view, prices, self.usd_per_tonne_co2, HORIZON_H)
+            self.carbon_rounds += with_carbon
         plan = Plan(view)
         defer: list[int] = []
         wake: float | None = None
@@ -415,7 +436,9 @@ class WattschedGreen(AllocationPolicy):
         waiting_after: list[int] = []
         starts: list[int] = []
         blocked = False
-        spare = self._spare_gpus(plan, pending, start_later, headroom) if self.on("gpus") else 0.0
+        spare = (
+            self._spare_gpus(plan, pending, start_later, headroom) if self.on("gpus") and not tight else 0.0
+        )
         for job in order:
             if job in start_later:
                 continue
@@ -452,16 +475,18 @@ class WattschedGreen(AllocationPolicy):
         # Clocks: slow only when no job waits for more GPUs than the whole cluster has free (waiting for a node to
         # boot does not count); else what runs slow goes back to the default.
         if self.on("clocks"):
-            if not self._contended(plan, waiting_after):
+            if tight or not self._contended(plan, waiting_after):
                 for job in starts:
                     if self.service[job] or self._slack_s(job, now, left_of[job]) < 0:
                         continue
-                    setting = self._clock(job, now, left_of[job])
+                    setting = self._clock(job, now, left_of[job], unbounded=tight)
                     if setting is not DEFAULT_SETTING:
                         target = plan.assign[job]
                         plan.assign[job] = Target(target.placement, target.share_milli, setting)
                         self._slowed.add(job)
                         self.slowed_starts += 1
+                if tight:
+                    self.budget.retune_running(view, plan, running, set(starts))
             elif self._slowed:
                 for job in sorted(self._slowed):
                     target = held_target(view, job)
@@ -513,13 +538,14 @@ class WattschedGreen(AllocationPolicy):
 
 ALLOCATION_POLICIES.register(NAME)(WattschedGreen)
 
-_SUFFIX = re.compile(r"-(w|s|g|x|k)(\d+(?:\.\d+)?)$")
+_SUFFIX = re.compile(r"-(w|s|g|x|k|c)(\d+(?:\.\d+)?)$")
 _WEIGHT = {
     "w": "usd_per_job_hour",
     "s": "max_slowdown",
     "g": "scale_tolerance",
     "x": "max_stretch",
     "k": "kwh_per_job_hour",
+    "c": "usd_per_tonne_co2",
 }
 
 
@@ -559,6 +585,7 @@ def green_name(
     scale_tolerance: float | None = None,
     max_stretch: float | None = None,
     kwh_per_job_hour: float | None = None,
+    usd_per_tonne_co2: float | None = None,
 ) -> str:
     """The registered name of the policy with `off` switched off and the weights given (None: the default; the
     inverse of :func:`parse_name`)."""
@@ -569,6 +596,7 @@ def green_name(
         ("g", scale_tolerance),
         ("x", max_stretch),
         ("k", kwh_per_job_hour),
+        ("c", usd_per_tonne_co2),
     )
     for letter, value in weights:
         if value is not None:
@@ -590,6 +618,6 @@ def _resolve(name: str):
 
 
 ALLOCATION_POLICIES.register_family(
-    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>][-x<stretch>][-k<kwh>]",
+    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>][-x<stretch>][-k<kwh>][-c<usd/t>]",
     _resolve,
 )
