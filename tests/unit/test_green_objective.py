@@ -136,6 +136,22 @@ def test_a_budget_below_the_floor_is_refused_with_the_floor_named(market):
         _contended(market, 0.5)
 
 
+def test_the_simulate_command_refuses_it_in_one_line(market, tmp_path):
+    from typer.testing import CliRunner
+
+    from wattsched.cli.main import app
+
+    rows = ["job_id,submit_time,duration,num_gpu", *(f"j{i},{i},{4 * 3600},1" for i in range(12))]
+    (market / "jobs.csv").write_text("\n".join(rows) + "\n")
+    result = CliRunner().invoke(app, [
+        "simulate", "--workload", str(market / "jobs.csv"), "--cluster", str(market / "c.yaml"), "--price-csv",
+        str(market / "p.csv"), "--year", "2023", "--allocation", "wattsched-green", "--power-model", "dvfs",
+        "--energy-budget-kwh", "0.5", "--quiet", "--out", str(tmp_path / "run"),
+    ])  # fmt: skip
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "floor of" in result.output and len(result.output.strip().splitlines()) == 1
+
+
 def test_no_budget_changes_nothing(market):
     free = _contended(market, None)
     loose = _contended(market, 1e6)  # a budget that never binds runs exactly as none
