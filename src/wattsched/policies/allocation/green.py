@@ -31,8 +31,10 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   the other mechanisms stand alone; ``rounds_with_prices`` in the summary says whether it saw prices).
 
 The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
-against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time). Deadlines and
-services are hard constraints: urgent jobs and services are never deferred nor slowed.
+against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time), and
+``usd_per_tonne_co2`` (carbon's price: price-shift counts the carbon a later start saves at it,
+``green_carbon.py``). Deadlines and services are hard constraints: urgent jobs and services are never deferred nor
+slowed. An energy budget (``energy_budget_kwh``) is kept as PowerFlow keeps it (``green_budget.py``).
 
 Names: ``wattsched-green`` with every mechanism, ``wattsched-green-no-<mechanism>[-no-<mechanism>...]`` with
 some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>`` and
