@@ -192,3 +192,38 @@ def test_the_verdict_has_carbon_where_the_runs_have_it():
     bare = verdict_table(_records([float("nan")] * 3))
     assert not any("carbon" in c for c in bare.columns)
     assert [w for _, w in pairs(_records(None))] == ["energy", "cost"]
+
+
+def test_policies_see_the_carbon_ahead(tmp_path, monkeypatch):
+    """view.carbon_ahead_g_per_kwh(h): the next h hourly intensities, the first being the one now; None without a
+    carbon series."""
+    from wattsched.policies.allocation.tiresias import Tiresias
+
+    seen = []
+    original = Tiresias.allocate
+
+    def recording(self, view):
+        if not seen:
+            seen.append((view.now, view.carbon_g_per_kwh(), view.carbon_ahead_g_per_kwh(30)))
+        return original(self, view)
+
+    monkeypatch.setattr(Tiresias, "allocate", recording)
+    rows = ["time,carbon_g_per_kwh"]
+    for h in range(24 * 366):
+        t = datetime(2023, 1, 1) + timedelta(hours=h)
+        rows.append(t.strftime("%Y-%m-%dT%H:00:00Z") + f",{100 + t.hour}")
+    (tmp_path / "carbon.csv").write_text("\n".join(rows) + "\n")
+    cfg = SimulationConfig(
+        workload="synthetic", carbon_csv=str(tmp_path / "carbon.csv"), year=2023, max_jobs=20,
+        allocation="tiresias", performance="trace",
+    )  # fmt: skip
+    run_simulation(cfg, None)
+    now, carbon_now, ahead = seen[0]
+    assert len(ahead) == 30 and ahead[0] == carbon_now
+    hour0 = int(now // 3600)  # trace time 0 is Monday 00:00 UTC (no calendar start)
+    assert ahead.tolist() == [100.0 + (hour0 + k) % 24 for k in range(30)]
+    seen.clear()
+    run_simulation(
+        SimulationConfig(workload="synthetic", max_jobs=20, allocation="tiresias", performance="trace")
+    )
+    assert seen[0][2] is None
