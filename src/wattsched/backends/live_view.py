@@ -207,6 +207,12 @@ class LiveView:
             return None
         return price.value_at(self._c.now + 3600.0 * np.arange(max(int(hours), 0)))
 
+    def carbon_ahead_g_per_kwh(self, hours: int) -> np.ndarray | None:
+        carbon = self._c.carbon
+        if carbon is None:
+            return None
+        return carbon.value_at(self._c.now + 3600.0 * np.arange(max(int(hours), 0)))
+
     def carbon_g_per_kwh(self) -> float | None:
         carbon = self._c.carbon
         return None if carbon is None else float(carbon.value_at(np.array([self._c.now]))[0])

@@ -273,6 +273,12 @@ class SimView:
             return None
         return price.value_at(self._sim.now + 3600.0 * np.arange(max(int(hours), 0)))
 
+    def carbon_ahead_g_per_kwh(self, hours: int) -> np.ndarray | None:
+        carbon = self._sim.carbon
+        if carbon is None:
+            return None
+        return carbon.value_at(self._sim.now + 3600.0 * np.arange(max(int(hours), 0)))
+
     def carbon_g_per_kwh(self) -> float | None:
         carbon = self._sim.carbon
         return None if carbon is None else float(carbon.value_at(np.array([self._sim.now]))[0])

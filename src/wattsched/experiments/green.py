@@ -31,6 +31,7 @@ from ..policies.allocation.green import (
     DEFAULT_MAX_STRETCH,
     DEFAULT_SCALE_TOLERANCE,
     DEFAULT_USD_PER_JOB_HOUR,
+    DEFAULT_USD_PER_TONNE_CO2,
     MECHANISMS,
     green_name,
 )
@@ -108,6 +109,18 @@ class GreenConfig(BaseModel):
         description="wattsched-green weight: the most co-location (colocate) may stretch either job's run, as a "
         "fraction of it",
     )
+    usd_per_tonne_co2: float = Field(
+        DEFAULT_USD_PER_TONNE_CO2,
+        ge=0,
+        description="wattsched-green weight: dollars one tonne of CO2 is worth (price-shift values the carbon a "
+        "later start saves at this price, beside the money)",
+    )
+    energy_budget_kwh: float | None = Field(
+        None,
+        gt=0,
+        description="an energy budget of the whole run, given to every run alike (kept by the budget-aware "
+        "policies: powerflow and wattsched-green)",
+    )
     ablation: bool = Field(True, description="also run wattsched-green with each mechanism off in turn")
     compared: list[str] = Field(
         default_factory=lambda: list(COMPARED),
@@ -130,7 +143,7 @@ class GreenConfig(BaseModel):
 def green_variants(cfg: GreenConfig) -> dict[str, str]:
     """Label -> registered policy name of the wattsched-green runs: the full policy, then each mechanism off."""
     w, s, g = cfg.usd_per_job_hour, cfg.max_slowdown, cfg.scale_tolerance
-    x, k = cfg.max_stretch, cfg.kwh_per_job_hour
+    x, k, c = cfg.max_stretch, cfg.kwh_per_job_hour, cfg.usd_per_tonne_co2
     weights = {
         "usd_per_job_hour": None if w == DEFAULT_USD_PER_JOB_HOUR else w,
         "max_slowdown": None if s == DEFAULT_MAX_SLOWDOWN else s,
@@ -140,6 +153,7 @@ def green_variants(cfg: GreenConfig) -> dict[str, str]:
         "colocation_bound": None
         if cfg.colocation_bound == DEFAULT_COLOCATION_BOUND
         else cfg.colocation_bound,
+        "usd_per_tonne_co2": None if c == DEFAULT_USD_PER_TONNE_CO2 else c,
     }
     out = {GREEN: green_name((), **weights)}
     if cfg.ablation:
@@ -169,6 +183,7 @@ def run_config(cfg: GreenConfig, policy: dict[str, Any]) -> SimulationConfig:
         profiles=cfg.profiles,
         power_model="dvfs",
         power_manager=cfg.power_manager,
+        energy_budget_kwh=cfg.energy_budget_kwh,
         **policy,
     )
 

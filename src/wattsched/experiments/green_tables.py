@@ -1,5 +1,6 @@
 """The tables, summary parts and plot of `wattsched experiment green` (experiments/green.py): the domination
-verdict per seed, the ablation of each mechanism and the Pareto front of energy (or cost) against mean JCT."""
+verdict per seed, the ablation of each mechanism and the Pareto front of energy, cost and carbon against mean JCT
+(carbon where the runs have a carbon series)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pandas as pd
 from .protocol import Cell, Outcome, Section
 
 GREEN = "wattsched-green"
-PAIRS = (("energy_kwh", "energy"), ("cost_usd", "cost"))
+PAIRS = (("energy_kwh", "energy"), ("cost_usd", "cost"), ("co2_kg", "carbon"))
 JCT = "jct_mean_s"
 # A mechanism whose ablation moves no figure by more than this (relative) contributes nothing measurable.
 NOTHING = 1e-3
@@ -31,6 +32,17 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(keep, key=lambda i: (points[i][0], points[i][1]))
 
 
+def pairs(records: pd.DataFrame) -> tuple[tuple[str, str], ...]:
+    """The (figure, name) pairs of the tables: energy and cost always (as before carbon was added), carbon only
+    where a run has a carbon series (co2_kg)."""
+    return tuple(
+        (key, what)
+        for key, what in PAIRS
+        if what != "carbon"
+        or (key in records and np.isfinite(pd.to_numeric(records[key], errors="coerce")).any())
+    )
+
+
 def _change(new: float, old: float) -> float:
     return 100.0 * (new / old - 1.0) if old else float("nan")
 
@@ -44,12 +56,13 @@ def verdict_table(records: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     g = full.iloc[0]
     rows = []
+    present = pairs(records)
     for r in records[records["kind"] != "green"].to_dict("records"):
         row = {"compared": r["policy"], "kind": r["kind"]}
-        for key, what in PAIRS:
+        for key, what in present:
             row[f"{what} change %"] = _change(float(g[key]), float(r[key]))
         row["mean JCT change %"] = _change(float(g[JCT]), float(r[JCT]))
-        for key, what in PAIRS:
+        for key, what in present:
             row[f"dominates on ({what}, JCT)"] = dominates((g[key], g[JCT]), (r[key], r[JCT]))
         row["its deadline misses"] = r["deadline_misses"]
         row["its SLO hours"] = r["slo_violation_hours"]
@@ -70,12 +83,13 @@ def ablation_table(records: pd.DataFrame) -> pd.DataFrame:
         mechanism = r["policy"][len(GREEN) + 2 :]
         row = {"mechanism": mechanism}
         changes = {}
-        for key, what in (*PAIRS, (JCT, "mean JCT")):
+        for key, what in (*pairs(records), (JCT, "mean JCT")):
             changes[what] = _change(float(r[key]), float(g[key]))
             row[f"{what} with it off %"] = changes[what]
         row["misses with it off"] = r["deadline_misses"]
         row["SLO hours with it off"] = r["slo_violation_hours"]
-        row["contributes"] = contribution(changes)
+        # In words on energy, cost and JCT (as before carbon was added; carbon's column is beside them).
+        row["contributes"] = contribution({k: v for k, v in changes.items() if k != "carbon"})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -100,7 +114,7 @@ def headline_lines(records: pd.DataFrame) -> list[str]:
     if table.empty:
         return []
     lines = []
-    for _, what in PAIRS:
+    for _, what in pairs(records):
         col = f"dominates on ({what}, JCT)"
         won = table[table[col]]["compared"].tolist()
         lost = table[~table[col]]["compared"].tolist()
@@ -161,7 +175,7 @@ def summary_sections(records: pd.DataFrame) -> list[Section]:
                 ablation,
             )
         )
-    for key, what in PAIRS:
+    for key, what in pairs(records):
         points = list(zip(records[key].astype(float), records[JCT].astype(float), strict=True))
         front = pareto_front(points)
         names = [records["policy"].iloc[i] for i in front]
@@ -195,8 +209,9 @@ def write_pareto_plot(out: Path, records: pd.DataFrame) -> Path:
     from .grid import save_figure
 
     colour = {"green": "C2", "seed": "C0", "baseline": "C7"}
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
-    for ax, (key, what) in zip(axes, PAIRS, strict=True):
+    present = pairs(records)
+    fig, axes = plt.subplots(1, len(present), figsize=(6 * len(present), 5), squeeze=False)
+    for ax, (key, what) in zip(axes[0], present, strict=True):
         jct_h = records[JCT].astype(float) / 3600.0
         y = records[key].astype(float)
         for x_, y_, label, kind in zip(jct_h, y, records["policy"], records["kind"], strict=True):
@@ -211,7 +226,7 @@ def write_pareto_plot(out: Path, records: pd.DataFrame) -> Path:
         front = pareto_front(list(zip(jct_h, y, strict=True)))
         ax.plot(jct_h.iloc[front], y.iloc[front], color="C3", lw=1, ls="--", label="Pareto front")
         ax.set_xlabel("mean JCT of training jobs (h)")
-        ax.set_ylabel("energy (kWh)" if key == "energy_kwh" else "cost (USD)")
+        ax.set_ylabel({"energy_kwh": "energy (kWh)", "cost_usd": "cost (USD)"}.get(key, "carbon (kg CO2)"))
         ax.set_title(f"{what} against mean JCT (common window)")
         ax.legend(fontsize=8)
     path = out / "pareto.png"

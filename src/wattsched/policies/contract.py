@@ -384,6 +384,11 @@ class ClusterView(Protocol):
         """The price of each of the next `hours` hours, starting with the one now (a day-ahead market publishes
         them in advance; the simulator reads the aligned series); None without a price series."""
 
+    def carbon_ahead_g_per_kwh(self, hours: int) -> np.ndarray | None:
+        """The grid's carbon intensity of each of the next `hours` hours, starting with the one now (a forecast;
+        the simulator reads the aligned series), beside ``price_ahead_usd_per_mwh``; None without a carbon
+        series."""
+
     def next_arrival_s(self) -> float:
         """Submission time of the next job known to come and not yet arrived (inf when none is known: a live
         backend learns of jobs as they are submitted, and tells the scheduler through ``on_jobs_added``)."""

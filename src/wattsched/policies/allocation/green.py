@@ -35,12 +35,15 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   where the observed speeds break that (``green_colocate.py``). Services never share. Off: the job waits.
 
 The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
-against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time). Deadlines and
-services are hard constraints: urgent jobs and services are never deferred nor slowed.
+against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time), and
+``usd_per_tonne_co2`` (carbon's price: price-shift counts the carbon a later start saves at it,
+``green_carbon.py``). Deadlines and services are hard constraints: urgent jobs and services are never deferred nor
+slowed. An energy budget (``energy_budget_kwh``) is kept as PowerFlow keeps it (``green_budget.py``).
 
 Names: ``wattsched-green`` with every mechanism, ``wattsched-green-no-<mechanism>[-no-<mechanism>...]`` with
 some off, and optional ``-w<usd_per_job_hour>``, ``-s<max_slowdown>``, ``-g<scale_tolerance>``,
-``-x<max_stretch>``, ``-k<kwh_per_job_hour>`` and ``-j<colocation_bound>`` suffixes for the weights, e.g.
+``-x<max_stretch>``, ``-k<kwh_per_job_hour>``, ``-j<colocation_bound>`` and ``-c<usd_per_tonne_co2>`` (carbon's
+price, for price-shift) suffixes for the weights, e.g.
 ``wattsched-green-no-clocks-w0.5``.
 """
 
@@ -69,6 +72,9 @@ from ..contract import (
     Target,
 )
 from ..planning import Consolidated, Plan, held_target, job_gpu_codes
+from . import energy_budget
+from .green_budget import GreenBudget
+from .green_carbon import carbon_priced
 from .green_colocate import DEFAULT_COLOCATION_BOUND, Colocation
 
 NAME = "wattsched-green"
@@ -89,6 +95,7 @@ DEFAULT_MAX_SLOWDOWN = 0.10
 DEFAULT_SCALE_TOLERANCE = 0.3
 DEFAULT_MAX_STRETCH = 2.0
 DEFAULT_KWH_PER_JOB_HOUR = 2.5
+DEFAULT_USD_PER_TONNE_CO2 = 0.0
 
 
 class WattschedGreen(AllocationPolicy):
@@ -112,6 +119,7 @@ class WattschedGreen(AllocationPolicy):
         max_stretch: float = DEFAULT_MAX_STRETCH,
         kwh_per_job_hour: float = DEFAULT_KWH_PER_JOB_HOUR,
         colocation_bound: float = DEFAULT_COLOCATION_BOUND,
+        usd_per_tonne_co2: float = DEFAULT_USD_PER_TONNE_CO2,
     ) -> None:
         chosen = set(mechanisms)
         unknown = sorted(chosen - set(MECHANISMS))
@@ -132,6 +140,12 @@ class WattschedGreen(AllocationPolicy):
             raise ValueError(f"kwh_per_job_hour must be a finite number >= 0, got {kwh_per_job_hour}")
         self.max_stretch = float(max_stretch)
         self.kwh_per_job_hour = float(kwh_per_job_hour)
+        if usd_per_tonne_co2 < 0 or not math.isfinite(usd_per_tonne_co2):
+            raise ValueError(f"usd_per_tonne_co2 must be a finite number >= 0, got {usd_per_tonne_co2}")
+        self.usd_per_tonne_co2 = float(usd_per_tonne_co2)
+        self.carbon_rounds = 0  # rounds whose price-shift saw a carbon forecast (weight > 0 only)
+        self.budget = GreenBudget()  # PowerFlow's budget when one is given (green_budget.py)
+        self._shrink_weight = self.kwh_per_job_hour  # lower in a round the budget makes tight
         self.mechanisms = frozenset(chosen)
         self.usd_per_job_hour = float(usd_per_job_hour)
         self.max_slowdown = float(max_slowdown)
@@ -157,7 +171,7 @@ class WattschedGreen(AllocationPolicy):
             needs.add(Capability.RESIZES)
         if self.on("colocate"):  # a pair shares GPUs; an undo stops its guest
             needs.update((Capability.SHARES_GPUS, Capability.PREEMPTS))
-        return frozenset(needs)
+        return frozenset(needs) | energy_budget.needs_meter(params, self.budget.budget_j)
 
     def bind(self, ctx: BindContext) -> None:
         spec, jobs = ctx.spec, ctx.jobs
@@ -200,6 +214,7 @@ class WattschedGreen(AllocationPolicy):
         self.colocation.bind(
             ctx.perf, spec, jobs, self.codes, self.service, self.base_share_w, DEADLINE_MARGIN_S
         )
+        self.budget.bind(ctx, self)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -221,6 +236,9 @@ class WattschedGreen(AllocationPolicy):
             "shrunk_starts": self.shrunk_starts,
             "rounds_with_prices": self.priced_rounds,
             **self.colocation.parameters(),
+            "usd_per_tonne_co2": self.usd_per_tonne_co2,
+            "rounds_with_carbon": self.carbon_rounds,
+            **self.budget.parameters(),
         }
 
     # --- one job's numbers ----------------------------------------------------------------------------------
@@ -303,7 +321,7 @@ class WattschedGreen(AllocationPolicy):
 
     def _shrink_score(self, energy_j: float, seconds: float) -> float:
         """kWh of a run plus what its run time is worth (the JCT it adds), in kWh."""
-        return energy_j / 3.6e6 + self.kwh_per_job_hour * seconds / 3600.0
+        return energy_j / 3.6e6 + self._shrink_weight * seconds / 3600.0
 
     # --- clocks -----------------------------------------------------------------------------------------------
     def _limits(self, code: int) -> list[tuple[GpuSetting, float, float]]:
@@ -320,15 +338,16 @@ class WattschedGreen(AllocationPolicy):
             self._levels[code] = levels
         return levels
 
-    def _clock(self, job: int, now: float, seconds_left: float) -> GpuSetting:
-        """The least energy per unit of work within the slowdown bound and the deadline."""
+    def _clock(self, job: int, now: float, seconds_left: float, unbounded: bool = False) -> GpuSetting:
+        """The least energy per unit of work within the slowdown bound (none if `unbounded`) and the deadline."""
         code = int(self.codes[job])
         if code < 0:
             return DEFAULT_SETTING
         best, best_energy = DEFAULT_SETTING, self._draw_w(job, DEFAULT_SETTING)  # J per second at speed 1
         slack = self._slack_s(job, now, seconds_left)
         for setting, speed, _ in self._limits(code):
-            if setting is DEFAULT_SETTING or speed <= 0 or 1.0 / speed - 1.0 > self.max_slowdown + 1e-12:
+            bound = math.inf if unbounded else self.max_slowdown
+            if setting is DEFAULT_SETTING or speed <= 0 or 1.0 / speed - 1.0 > bound + 1e-12:
                 continue
             if seconds_left * (1.0 / speed - 1.0) > slack:
                 continue
@@ -403,8 +422,11 @@ class WattschedGreen(AllocationPolicy):
         # The forecast falls when its oldest arrival leaves the history: decide again then, so that headroom for
         # arrivals long past is given back (and idle nodes switch off) without waiting for the next event.
         expiry = self._forecast_expiry(now) if headroom else None
+        self.budget.check_floor(view)
+        tight = self.budget.tight(view)  # False without a budget
+        self._shrink_weight = self.budget.shrink_weight(self.kwh_per_job_hour, tight)
         pairs_due = self.on("colocate") and self.colocation.needs_round(view)
-        if pending.size == 0 and not pairs_due:
+        if pending.size == 0 and not pairs_due and not tight:
             return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=self._sooner(expiry, now))
         left = self._seconds_left(view, pending)
         order = self._order(view, pending, left)
@@ -413,6 +435,8 @@ class WattschedGreen(AllocationPolicy):
         if self.on("price-shift"):
             prices = view.price_ahead_usd_per_mwh(HORIZON_H)
             self.priced_rounds += prices is not None
+            prices, with_carbon = carbon_priced(view, prices, self.usd_per_tonne_co2, HORIZON_H)
+            self.carbon_rounds += with_carbon
         plan = Plan(view)
         if pairs_due:
             self.colocation.begin_round(view, plan)  # partners that left, pairs judged after observation
@@ -433,7 +457,9 @@ class WattschedGreen(AllocationPolicy):
         waiting_after: list[int] = []
         starts: list[int] = []
         blocked = False
-        spare = self._spare_gpus(plan, pending, start_later, headroom) if self.on("gpus") else 0.0
+        spare = (
+            self._spare_gpus(plan, pending, start_later, headroom) if self.on("gpus") and not tight else 0.0
+        )
         for job in order:
             if job in start_later:
                 continue
@@ -475,16 +501,18 @@ class WattschedGreen(AllocationPolicy):
         # Clocks: slow only when no job waits for more GPUs than the whole cluster has free (waiting for a node to
         # boot does not count); else what runs slow goes back to the default.
         if self.on("clocks"):
-            if not self._contended(plan, waiting_after):
+            if tight or not self._contended(plan, waiting_after):
                 for job in starts:
                     if self.service[job] or self._slack_s(job, now, left_of[job]) < 0:
                         continue
-                    setting = self._clock(job, now, left_of[job])
+                    setting = self._clock(job, now, left_of[job], unbounded=tight)
                     if setting is not DEFAULT_SETTING:
                         target = plan.assign[job]
                         plan.assign[job] = Target(target.placement, target.share_milli, setting)
                         self._slowed.add(job)
                         self.slowed_starts += 1
+                if tight:
+                    self.budget.retune_running(view, plan, running, set(starts))
             elif self._slowed:
                 for job in sorted(self._slowed):
                     target = held_target(view, job)
@@ -544,7 +572,7 @@ class WattschedGreen(AllocationPolicy):
 
 ALLOCATION_POLICIES.register(NAME)(WattschedGreen)
 
-_SUFFIX = re.compile(r"-(w|s|g|x|k|j)(\d+(?:\.\d+)?)$")
+_SUFFIX = re.compile(r"-(w|s|g|x|k|j|c)(\d+(?:\.\d+)?)$")
 _WEIGHT = {
     "w": "usd_per_job_hour",
     "s": "max_slowdown",
@@ -552,6 +580,7 @@ _WEIGHT = {
     "x": "max_stretch",
     "k": "kwh_per_job_hour",
     "j": "colocation_bound",
+    "c": "usd_per_tonne_co2",
 }
 
 
@@ -592,6 +621,7 @@ def green_name(
     max_stretch: float | None = None,
     kwh_per_job_hour: float | None = None,
     colocation_bound: float | None = None,
+    usd_per_tonne_co2: float | None = None,
 ) -> str:
     """The registered name of the policy with `off` switched off and the weights given (None: the default; the
     inverse of :func:`parse_name`)."""
@@ -603,6 +633,7 @@ def green_name(
         ("x", max_stretch),
         ("k", kwh_per_job_hour),
         ("j", colocation_bound),
+        ("c", usd_per_tonne_co2),
     )
     for letter, value in weights:
         if value is not None:
@@ -624,6 +655,6 @@ def _resolve(name: str):
 
 
 ALLOCATION_POLICIES.register_family(
-    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>][-x<stretch>][-k<kwh>]",
+    "wattsched-green[-no-<mechanism>...][-w<usd>][-s<slowdown>][-g<tolerance>][-x<stretch>][-k<kwh>][-c<usd/t>]",
     _resolve,
 )

@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import WattschedError
 from ...core.gpus import gpu_model
 from ...core.settings import DEFAULT_SETTING, GpuSetting
 from ...core.states import ON, STATUS_DONE, STATUS_DROPPED, STATUS_RUNNING, STATUS_UNSCHEDULABLE
@@ -54,19 +53,16 @@ from ..contract import (
     Target,
 )
 from ..planning import Plan, held_target, job_gpu_codes
+from . import energy_budget
+from .energy_budget import NODES_STAY_ON, BudgetBelowFloorError
 
-J_PER_KWH = 3.6e6
+__all__ = ["BudgetBelowFloorError", "PowerFlow"]
+
 CLOCK_STEP = 0.1  # SM-clock grid: fractions of f_max from the GPU's lowest modelled clock to 1.0
 # The loop's multiplier on static energy: measured / forecast static energy so far, cumulative over the run (the
-# dynamic part is the performance model's own, so only the static draw's forecast needs correcting), within these
-# bounds (reconstructed).
-MULTIPLIER_BOUNDS = (0.5, 3.0)
-# Power managers that keep every node on: under them the static draw over the arrival span is part of the floor.
-NODES_STAY_ON = frozenset({"always-on"})
-
-
-class BudgetBelowFloorError(WattschedError):
-    """The energy budget is below what the run must use whatever the policy does."""
+# dynamic part is the performance model's own, so only the static draw's forecast needs correcting), within
+# energy_budget.MULTIPLIER_BOUNDS. The budget's arithmetic (floor, energy left, refusal) is energy_budget's,
+# shared with wattsched-green.
 
 
 @dataclass
@@ -119,22 +115,18 @@ class PowerFlow(AllocationPolicy):
         placement: str = "buddy",
         budget_until_s: float | None = None,
     ) -> None:
-        self.budget_j = math.inf if energy_budget_kwh is None else float(energy_budget_kwh) * J_PER_KWH
+        self.budget_j = energy_budget.budget_j(energy_budget_kwh)
         self.budget_until_s = budget_until_s
         self.placement_name = placement
         self.placement = PLACEMENT_POLICIES.create(placement)
 
     def required_capabilities(self, params: Mapping[str, Any]) -> frozenset[Capability]:
-        # A budget is kept against the energy used so far: a meter.
-        budgeted = params.get("energy_budget_kwh") is not None or math.isfinite(self.budget_j)
-        return self.needs | {Capability.METERS_ENERGY} if budgeted else self.needs
+        return self.needs | energy_budget.needs_meter(params, self.budget_j)
 
     def bind(self, ctx: BindContext) -> None:
-        budget = ctx.params.get("energy_budget_kwh")
-        if budget is not None:
-            self.budget_j = float(budget) * J_PER_KWH
-        if ctx.params.get("energy_budget_until_s") is not None:
-            self.budget_until_s = float(ctx.params["energy_budget_until_s"])
+        self.budget_j, self.budget_until_s = energy_budget.bound_budget(
+            ctx.params, self.budget_j, self.budget_until_s
+        )
         self.nodes_stay_on = ctx.params.get("power_manager", "always-on") in NODES_STAY_ON
         self.placement.bind(ctx.spec, ctx.rng, ctx.node_rank)
         self.perf, self.spec, self.jobs = ctx.perf, ctx.spec, ctx.jobs
@@ -170,7 +162,7 @@ class PowerFlow(AllocationPolicy):
 
     def parameters(self) -> dict[str, Any]:
         return {
-            "energy_budget_kwh": None if math.isinf(self.budget_j) else self.budget_j / J_PER_KWH,
+            "energy_budget_kwh": energy_budget.budget_kwh_or_none(self.budget_j),
             "gpu_counts": "powers of two up to the job's largest measured count",
             "clock_grid": f"SM-clock fractions from the GPU's lowest modelled clock to 1.0 in steps of {CLOCK_STEP}",
             "priority": "(dJCT/JCT) / (dE/E), JCT including the restart delay of a changed count",
@@ -179,11 +171,11 @@ class PowerFlow(AllocationPolicy):
             "queued jobs' least + static draw over the remaining span, never shorter than the last arrival or the "
             "budget window; per node kept on where idle nodes go off) within budget - used",
             "static_multiplier": "actual / forecast static energy so far",
-            "floor_kwh": None if self.floor_kwh is None or math.isnan(self.floor_kwh) else self.floor_kwh,
+            "floor_kwh": energy_budget.floor_or_none(self.floor_kwh),
             "multiplier_last": round(self.multiplier, 4),
             "rounds": self.rounds,
             "rounds_budget_bound": self.rounds_budget_bound,
-            "budget_binding": (None if math.isinf(self.budget_j) else self.rounds_budget_bound > 0),
+            "budget_binding": energy_budget.budget_binding(self.budget_j, self.rounds_budget_bound),
             "admission": "running jobs keep a GPU; pending jobs by shortest remaining work",
             "placement": self.placement_name,
             "reconstructed": "the paper's equations and settings are not public (docs/powerflow.md)",
@@ -276,9 +268,7 @@ class PowerFlow(AllocationPolicy):
 
     def _left_j(self, view: ClusterView) -> float:
         """Energy the run may still use (inf without a budget)."""
-        if math.isinf(self.budget_j):
-            return math.inf
-        return max(self.budget_j - (view.energy_used_j() or 0.0), 0.0)
+        return energy_budget.left_j(self.budget_j, view)
 
     def _update_multiplier(self, view: ClusterView) -> None:
         """m = static energy as measured / as forecast, both over the run so far (cumulative, so that one round's
@@ -295,9 +285,9 @@ class PowerFlow(AllocationPolicy):
         self._static_actual_so_far_j += self._static_w(view, held) * dt
         self._static_forecast_so_far_j += static_w * dt
         self._plan = (view.now, static_w)
-        if self._static_forecast_so_far_j > 0:
-            ratio = self._static_actual_so_far_j / self._static_forecast_so_far_j
-            self.multiplier = min(max(ratio, MULTIPLIER_BOUNDS[0]), MULTIPLIER_BOUNDS[1])
+        self.multiplier = energy_budget.bounded_multiplier(
+            self._static_actual_so_far_j, self._static_forecast_so_far_j, self.multiplier
+        )
 
     def _span_floor_s(self, view: ClusterView, unfinished: np.ndarray, remaining: np.ndarray) -> float:
         """The remaining span is never shorter than the time to the last known arrival, to the budget window's
@@ -387,7 +377,7 @@ class PowerFlow(AllocationPolicy):
         gpu_jobs = np.flatnonzero(self.jobs.num_gpu > 0)
         work = view.remaining_work(gpu_jobs).tolist()
         dynamic, least_gpu_s = self._least(gpu_jobs.tolist(), work)
-        static = 0.0
+        span = 0.0
         if self.nodes_stay_on:
             capacity = int(view.spec.gpu_count.sum())
             ends = [
@@ -396,18 +386,11 @@ class PowerFlow(AllocationPolicy):
                 for j, w in zip(gpu_jobs.tolist(), work, strict=True)
             ]
             span = max([self.last_arrival_s, *ends]) - self.first_arrival_s
-            static = static_now * max(span, 0.0)
-        else:  # idle nodes off: at least the nodes the work's least GPU-seconds (one GPU each) keep on
-            static = self.node_static_w / self.per_node * least_gpu_s
-        self.floor_kwh = (dynamic + static) / J_PER_KWH
-        budget_kwh = self.budget_j / J_PER_KWH
-        if budget_kwh < self.floor_kwh:
-            raise BudgetBelowFloorError(
-                f"energy budget {budget_kwh:.3f} kWh is below this run's floor of {self.floor_kwh:.3f} kWh "
-                f"(least dynamic energy of the work {dynamic / J_PER_KWH:.3f} kWh"
-                + (f" + the least static draw {static / J_PER_KWH:.3f} kWh" if static else "")
-                + "): give a larger --energy-budget-kwh"
-            )
+        # Idle nodes off: at least the nodes the work's least GPU-seconds (one GPU each) keep on.
+        static = energy_budget.least_static_j(
+            self.nodes_stay_on, static_now, span, self.node_static_w, self.per_node, least_gpu_s
+        )
+        self.floor_kwh = energy_budget.refuse_below_floor(self.budget_j, dynamic, static)
 
     def _place(
         self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
