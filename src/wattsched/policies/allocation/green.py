@@ -65,9 +65,10 @@ from ..contract import (
     Target,
 )
 from ..planning import Consolidated, Plan, held_target, job_gpu_codes
+from .green_regrow import Regrow
 
 NAME = "wattsched-green"
-MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift", "shrink")
+MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift", "shrink", "regrow")
 SLOT_S = 3600.0  # day-ahead prices are hourly
 HORIZON_H = 24  # hours of prices looked ahead
 DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
@@ -96,7 +97,7 @@ class WattschedGreen(AllocationPolicy):
     decide_on_completion = True
     default_round_s = 300.0
     needs_models = True
-    learned_state = ("_slowed",)
+    learned_state = ("_slowed", "regrow")
 
     def __init__(
         self,
@@ -138,6 +139,7 @@ class WattschedGreen(AllocationPolicy):
         self.widened_starts = 0
         self.shrunk_starts = 0
         self.priced_rounds = 0  # rounds that saw day-ahead prices (price-shift idles without them)
+        self.regrow = Regrow(self)  # resizing of running jobs (green_regrow.py)
 
     def on(self, mechanism: str) -> bool:
         return mechanism in self.mechanisms
@@ -148,6 +150,8 @@ class WattschedGreen(AllocationPolicy):
             needs.add(Capability.SETS_GPU_SETTINGS)
         if self.on("gpus") or self.on("shrink"):
             needs.add(Capability.RESIZES)
+        if self.on("regrow"):
+            needs |= {Capability.RESIZES, Capability.PREEMPTS}  # a resize moves a running job
         return frozenset(needs)
 
     def bind(self, ctx: BindContext) -> None:
@@ -188,6 +192,7 @@ class WattschedGreen(AllocationPolicy):
         self._seconds_per_work = np.full(len(jobs), np.nan)
         self._levels: dict[int, list[tuple[GpuSetting, float, float]]] = {}
         self._slowed: set[int] = set()  # running jobs below the default setting
+        self.regrow = Regrow(self)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -208,6 +213,9 @@ class WattschedGreen(AllocationPolicy):
             "widened_starts": self.widened_starts,
             "shrunk_starts": self.shrunk_starts,
             "rounds_with_prices": self.priced_rounds,
+            "regrown_jobs": len(self.regrow.regrown),
+            "regrow_widenings": self.regrow.widenings,
+            "returned_gpus": self.regrow.returned_gpus,
         }
 
     # --- one job's numbers ----------------------------------------------------------------------------------
@@ -391,6 +399,13 @@ class WattschedGreen(AllocationPolicy):
         # arrivals long past is given back (and idle nodes switch off) without waiting for the next event.
         expiry = self._forecast_expiry(now) if headroom else None
         if pending.size == 0:
+            if self.on("regrow"):
+                plan = Plan(view)
+                self.regrow.widen(view, plan, self._spare_gpus(plan, pending, set(), headroom))
+                if plan.assign:
+                    decision = plan.decision(running, wake_at=expiry)
+                    decision.keep_free_gpus = headroom
+                    return decision
             return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=expiry)
         left = self._seconds_left(view, pending)
         order = self._order(view, pending, left)
@@ -415,6 +430,8 @@ class WattschedGreen(AllocationPolicy):
         waiting_after: list[int] = []
         starts: list[int] = []
         blocked = False
+        if self.on("regrow"):
+            self.regrow.give_back(view, plan, [j for j in order if j not in start_later])
         spare = self._spare_gpus(plan, pending, start_later, headroom) if self.on("gpus") else 0.0
         for job in order:
             if job in start_later:
@@ -468,6 +485,8 @@ class WattschedGreen(AllocationPolicy):
                     plan.release(job)
                     plan.take(job, Target(target.placement, target.share_milli, DEFAULT_SETTING))
                 self._slowed.clear()
+        if self.on("regrow") and not waiting_after:
+            self.regrow.widen(view, plan, self._spare_gpus(plan, np.zeros(0, dtype=np.int64), set(), headroom))
         defer = sorted(j for j in start_later if j not in deferred_now)
         self.deferrals += len(defer)
         undefer = sorted(j for j in deferred_now if j not in start_later)
