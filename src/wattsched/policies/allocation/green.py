@@ -82,9 +82,9 @@ PLACEMENT_ON = "pwr_200_fgd_800"
 PLACEMENT_OFF = "best-fit"
 DEFAULT_USD_PER_JOB_HOUR = 0.2
 DEFAULT_MAX_SLOWDOWN = 0.10
-DEFAULT_SCALE_TOLERANCE = 0.3
+DEFAULT_SCALE_TOLERANCE = 0.7  # with regrow (docs/green.md section 4, regrow); 0.3 before it
 DEFAULT_MAX_STRETCH = 2.0
-DEFAULT_KWH_PER_JOB_HOUR = 2.5
+DEFAULT_KWH_PER_JOB_HOUR = 0.35  # with regrow; 2.5 before it
 
 
 class WattschedGreen(AllocationPolicy):
