@@ -112,3 +112,13 @@ def test_off_never_resizes_a_running_job(market):
     assert off.summary["restarts"] == 0
     assert (off.jobs["mean_num_gpu"] == [1, 4]).all()
     assert _counters(off)["regrown_jobs"] == 0 == _counters(off)["returned_gpus"]
+
+
+def test_a_job_about_to_end_is_not_widened_for_less_than_its_restarts(market):
+    # 400 s of work: at the next round (300 s) 100 s are left; two GPUs would save about 40 s, less than the two
+    # restarts (about 33 s each for ResNet-50 on two GPUs) a widening must pay for.
+    rows = [(0.0, 400.0, 1)]
+    out = _run(market, rows, _name())
+    assert _counters(out)["regrown_jobs"] == 0 and out.summary["restarts"] == 0
+    assert out.jobs["jct_s"].iloc[0] == pytest.approx(400.0)
+    assert green_regrow.RESTARTS_PAID == 2.0
