@@ -29,6 +29,9 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   hour that still meets its deadline (with ``DEADLINE_MARGIN_S``) (CE-DLA's price-aware timing, as a rule per job).
   Off: nothing waits on purpose. Without a price signal it has nothing to act on and idles (the run is not refused:
   the other mechanisms stand alone; ``rounds_with_prices`` in the summary says whether it saw prices).
+* **regrow**: running training jobs are widened into spare GPUs (within ``scale_tolerance``, when the time saved
+  outweighs the restarts) and give them back before waiting jobs wait (``green_regrow.py``). Off: GPU counts are
+  fixed at the start.
 
 The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
 against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time). Deadlines and
@@ -485,8 +488,9 @@ class WattschedGreen(AllocationPolicy):
                     plan.release(job)
                     plan.take(job, Target(target.placement, target.share_milli, DEFAULT_SETTING))
                 self._slowed.clear()
-        if self.on("regrow") and not waiting_after:
-            self.regrow.widen(view, plan, self._spare_gpus(plan, np.zeros(0, dtype=np.int64), set(), headroom))
+        if self.on("regrow") and not waiting_after:  # nothing waits: the spare beyond the headroom only
+            nothing = np.zeros(0, dtype=np.int64)
+            self.regrow.widen(view, plan, self._spare_gpus(plan, nothing, set(), headroom))
         defer = sorted(j for j in start_later if j not in deferred_now)
         self.deferrals += len(defer)
         undefer = sorted(j for j in deferred_now if j not in start_later)
