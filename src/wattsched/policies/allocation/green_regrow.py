@@ -61,11 +61,11 @@ class Regrow:
     def give_back(self, view: ClusterView, plan: Plan, waiting: list[int]) -> None:
         """Widened jobs back to their start count while the `waiting` jobs ask for more GPUs than are free on
         powered nodes, least remaining time first."""
+        if not self.start_count or not waiting:
+            return
         running = set(view.running_jobs().tolist())
         for job in [j for j in self.start_count if j not in running]:
             del self.start_count[job]
-        if not self.start_count or not waiting:
-            return
         p = self.p
         state = plan.state
         demand = float((p.gpus[waiting] * p.jobs.gpu_milli[waiting] / 1000.0).sum())
@@ -103,35 +103,37 @@ class Regrow:
         p = self.p
         now = view.now
         cooldown = self.cooldown_s(p.default_round_s)
-        candidates: list[tuple[float, int, int, Target]] = []
-        for job in view.running_jobs().tolist():
-            if p.service[job] or job in plan.assign or job in plan.released:
+        running = view.running_jobs()
+        chosen: list[tuple[int, int, Target]] = []
+        for job, count in zip(running.tolist(), view.held_gpus(running).tolist(), strict=True):
+            # Cheap tests first (this runs every round): shrunk (its count is the energy choice), at its widest
+            # already, a service, just resized.
+            if p.service[job] or count < p.gpus[job] or count >= self._widest(job):
+                continue
+            if job in plan.assign or job in plan.released:
                 continue
             if now - self.last_resize_s.get(job, -np.inf) < cooldown:
                 continue
             held = view.target(job)
-            if held is None or held.share_milli < MILLI:
+            if held is None or held.share_milli < MILLI or held.num_gpus != count:
                 continue
-            count = held.num_gpus
-            if count < p.gpus[job] or count >= self._widest(
-                job
-            ):  # shrunk (its energy choice), or at its widest
-                continue
-            seconds = float(view.remaining_work(np.asarray([job]))[0]) / max(
-                self._rate(job, count, held), 1e-12
-            )
-            candidates.append((seconds, job, count, held))
+            chosen.append((job, held.num_gpus, held))
+        if not chosen:
+            return
+        work = view.remaining_work(np.asarray([c[0] for c in chosen], dtype=np.int64)).tolist()
+        candidates = [
+            (w / max(self._rate(job, count, held), 1e-12), job, count, held, w)
+            for (job, count, held), w in zip(chosen, work, strict=True)
+        ]
         candidates.sort(key=lambda c: (-c[0], c[1]))
-        for _, job, count, held in candidates:
+        for _, job, count, held, work_left in candidates:
             if spare < 1:
                 break
             wider = self._within(job, count + int(spare))
             if wider <= count:
                 continue
-            work = float(view.remaining_work(np.asarray([job]))[0])
-            saved = work / max(self._rate(job, count, held), 1e-12) - work / max(
-                self._rate(job, wider, held), 1e-12
-            )
+            now_s = work_left / max(self._rate(job, count, held), 1e-12)
+            saved = now_s - work_left / max(self._rate(job, wider, held), 1e-12)
             if saved <= RESTARTS_PAID * p.perf.restart_delay_s(job, wider, False):
                 continue
             plan.release(job)
