@@ -33,6 +33,9 @@ Every round (and on arrivals and completions) it decides, for the waiting jobs:
   training job where the performance model predicts the pair uses less energy than apart, neither run stretches
   beyond ``1 + colocation_bound`` and both deadlines hold; judged again after EaCO's observation window and undone
   where the observed speeds break that (``green_colocate.py``). Services never share. Off: the job waits.
+* **regrow**: running training jobs are widened into spare GPUs (within ``scale_tolerance``, when the time saved
+  outweighs the restarts) and give them back before waiting jobs wait (``green_regrow.py``). Off: GPU counts are
+  fixed at the start.
 
 The weights: ``usd_per_job_hour`` (how many dollars one hour of one job's delay is worth: the operator's cost
 against mean JCT) and ``max_slowdown`` (the most a slower clock may stretch a job's run time), and
@@ -76,9 +79,20 @@ from . import energy_budget
 from .green_budget import GreenBudget
 from .green_carbon import carbon_priced
 from .green_colocate import DEFAULT_COLOCATION_BOUND, Colocation
+from .green_regrow import Regrow
 
 NAME = "wattsched-green"
-MECHANISMS = ("queue", "placement", "gpus", "clocks", "right-sizing", "price-shift", "shrink", "colocate")
+MECHANISMS = (
+    "queue",
+    "placement",
+    "gpus",
+    "clocks",
+    "right-sizing",
+    "price-shift",
+    "shrink",
+    "colocate",
+    "regrow",
+)
 SLOT_S = 3600.0  # day-ahead prices are hourly
 HORIZON_H = 24  # hours of prices looked ahead
 DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
@@ -92,9 +106,9 @@ PLACEMENT_ON = "pwr_200_fgd_800"
 PLACEMENT_OFF = "best-fit"
 DEFAULT_USD_PER_JOB_HOUR = 0.2
 DEFAULT_MAX_SLOWDOWN = 0.10
-DEFAULT_SCALE_TOLERANCE = 0.3
+DEFAULT_SCALE_TOLERANCE = 0.7  # with regrow (docs/green.md section 4, regrow); 0.3 before it
 DEFAULT_MAX_STRETCH = 2.0
-DEFAULT_KWH_PER_JOB_HOUR = 2.5
+DEFAULT_KWH_PER_JOB_HOUR = 0.35  # with regrow; 2.5 before it
 DEFAULT_USD_PER_TONNE_CO2 = 0.0
 
 
@@ -108,7 +122,7 @@ class WattschedGreen(AllocationPolicy):
     decide_on_completion = True
     default_round_s = 300.0
     needs_models = True
-    learned_state = ("_slowed",)
+    learned_state = ("_slowed", "regrow")
 
     def __init__(
         self,
@@ -159,6 +173,7 @@ class WattschedGreen(AllocationPolicy):
         self.shrunk_starts = 0
         self.priced_rounds = 0  # rounds that saw day-ahead prices (price-shift idles without them)
         self.colocation = Colocation(colocation_bound)  # green_colocate.py
+        self.regrow = Regrow(self)  # resizing of running jobs (green_regrow.py)
 
     def on(self, mechanism: str) -> bool:
         return mechanism in self.mechanisms
@@ -171,6 +186,8 @@ class WattschedGreen(AllocationPolicy):
             needs.add(Capability.RESIZES)
         if self.on("colocate"):  # a pair shares GPUs; an undo stops its guest
             needs.update((Capability.SHARES_GPUS, Capability.PREEMPTS))
+        if self.on("regrow"):
+            needs |= {Capability.RESIZES, Capability.PREEMPTS}  # a resize moves a running job
         return frozenset(needs) | energy_budget.needs_meter(params, self.budget.budget_j)
 
     def bind(self, ctx: BindContext) -> None:
@@ -215,6 +232,7 @@ class WattschedGreen(AllocationPolicy):
             ctx.perf, spec, jobs, self.codes, self.service, self.base_share_w, DEADLINE_MARGIN_S
         )
         self.budget.bind(ctx, self)
+        self.regrow = Regrow(self)
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -239,6 +257,9 @@ class WattschedGreen(AllocationPolicy):
             "usd_per_tonne_co2": self.usd_per_tonne_co2,
             "rounds_with_carbon": self.carbon_rounds,
             **self.budget.parameters(),
+            "regrown_jobs": len(self.regrow.regrown),
+            "regrow_widenings": self.regrow.widenings,
+            "returned_gpus": self.regrow.returned_gpus,
         }
 
     # --- one job's numbers ----------------------------------------------------------------------------------
@@ -427,6 +448,13 @@ class WattschedGreen(AllocationPolicy):
         self._shrink_weight = self.budget.shrink_weight(self.kwh_per_job_hour, tight)
         pairs_due = self.on("colocate") and self.colocation.needs_round(view)
         if pending.size == 0 and not pairs_due and not tight:
+            if self.on("regrow"):
+                plan = Plan(view)
+                self.regrow.widen(view, plan, self._spare_gpus(plan, pending, set(), headroom))
+                if plan.assign:
+                    decision = plan.decision(running, wake_at=self._sooner(expiry, now))
+                    decision.keep_free_gpus = headroom
+                    return decision
             return Decision(keep_all=True, keep_free_gpus=headroom, wake_at=self._sooner(expiry, now))
         left = self._seconds_left(view, pending)
         order = self._order(view, pending, left)
@@ -457,6 +485,8 @@ class WattschedGreen(AllocationPolicy):
         waiting_after: list[int] = []
         starts: list[int] = []
         blocked = False
+        if self.on("regrow"):
+            self.regrow.give_back(view, plan, [j for j in order if j not in start_later])
         spare = (
             self._spare_gpus(plan, pending, start_later, headroom) if self.on("gpus") and not tight else 0.0
         )
@@ -489,7 +519,7 @@ class WattschedGreen(AllocationPolicy):
                 found = plan.place(job, self.placement)
             if found is None and self.on("colocate") and not self.service[job]:
                 if hosts is None:
-                    hosts = self.colocation.hosts(view, plan, self._slowed)
+                    hosts = self.colocation.hosts(view, plan, self._slowed | set(self.regrow.start_count))
                 if self.colocation.try_join(view, plan, job, left_of[job], hosts, unpaired):
                     continue  # it shares a running job's GPUs instead of waiting
             if found is None:
@@ -519,6 +549,11 @@ class WattschedGreen(AllocationPolicy):
                     plan.release(job)
                     plan.take(job, Target(target.placement, target.share_milli, DEFAULT_SETTING))
                 self._slowed.clear()
+        if (
+            self.on("regrow") and not waiting_after and not tight
+        ):  # nothing waits: the spare beyond the headroom only
+            nothing = np.zeros(0, dtype=np.int64)
+            self.regrow.widen(view, plan, self._spare_gpus(plan, nothing, set(), headroom))
         defer = sorted(j for j in start_later if j not in deferred_now)
         self.deferrals += len(defer)
         undefer = sorted(j for j in deferred_now if j not in start_later)
