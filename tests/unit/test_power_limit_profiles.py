@@ -1,6 +1,6 @@
 """A power limit on a job with a measured profile: a limit at or above the draw the job measured alone does not
 bind (it runs and draws as measured, in prediction and in accounting alike); below it the modelled response applies
-(docs/dvfs.md, "Measured profiles"). The fixture: `gamma` an input-bound job (150 W mean, 170 W peak on a 700 W
+(docs/dvfs.md §5). The fixture: `gamma` an input-bound job (150 W mean, 170 W peak on a 700 W
 H200), `delta` a busier one (420 W mean, 480 W peak)."""
 
 from __future__ import annotations

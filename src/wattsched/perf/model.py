@@ -350,7 +350,7 @@ class PerformanceModel:
         """(speed, power scale) of one job at a setting on a GPU type: the type's DVFS response (``energy/dvfs.py``,
         a model of a compute-bound job mix), except where the job's measured profile there says a power limit
         does not bind: a limit at or above the draw it measured alone (its peak sample, else its mean) leaves it
-        running and drawing as measured (speed 1, scale 1; docs/dvfs.md, "Measured profiles"). Prediction
+        running and drawing as measured (speed 1, scale 1; docs/dvfs.md §5). Prediction
         (policies) and accounting (the engine's rate and load) both read this."""
         if setting is DEFAULT_SETTING or gpu_code < 0 or setting == DEFAULT_SETTING:
             return 1.0, 1.0
