@@ -33,7 +33,7 @@ from ..core.cluster import MILLI, ClusterSpec
 from ..core.gpus import gpu_model
 from ..core.jobs import JobTable
 from ..core.settings import DEFAULT_SETTING, GpuSetting
-from ..energy.dvfs import dvfs_response
+from ..energy.dvfs import dvfs_response, power_limit_range
 from ..energy.utilisation import job_gpu_load
 from .catalog import MODEL_FACTS, OWN_MEASUREMENTS, TABLE_SOURCE, normalise
 from .colocation import SLICING, SharingModel
@@ -346,6 +346,40 @@ class PerformanceModel:
             return 1.0
         return dvfs_response(self.spec.gpu_models[gpu_code], setting)[1]
 
+    def setting_response(self, job: int, gpu_code: int, setting: GpuSetting) -> tuple[float, float]:
+        """(speed, power scale) of one job at a setting on a GPU type: the type's DVFS response (``energy/dvfs.py``,
+        a model of a compute-bound job mix), except where the job's measured profile there says a power limit
+        does not bind: a limit at or above the draw it measured alone (its peak sample, else its mean) leaves it
+        running and drawing as measured (speed 1, scale 1; docs/dvfs.md §5). Prediction
+        (policies) and accounting (the engine's rate and load) both read this."""
+        if setting is DEFAULT_SETTING or gpu_code < 0 or setting == DEFAULT_SETTING:
+            return 1.0, 1.0
+        if self.limit_above_measured_draw(job, gpu_code, setting):
+            return 1.0, 1.0
+        return dvfs_response(self.spec.gpu_models[gpu_code], setting)
+
+    def limit_above_measured_draw(self, job: int, gpu_code: int, setting: GpuSetting) -> bool:
+        """Whether the setting is a power limit at or above the job's measured draw alone on this GPU type (then
+        the measurement, not the model, gives its speed and power there)."""
+        fraction = setting.power_limit_fraction
+        if fraction is None or not self._profile:
+            return False
+        solo = self.profile_of(job, gpu_code)
+        if solo is None:
+            return False
+        limit_w = fraction * gpu_model(self.spec.gpu_models[gpu_code]).power_limit_max_w
+        return limit_w >= _measured_peak_w(solo)
+
+    def _never_bound(self) -> dict[str, int]:
+        """Per GPU type, the profiled jobs whose measured draw is at or below its lowest allowed power limit: no
+        limit slows them or lowers their draw."""
+        out = {}
+        for code, found in sorted(self._profile.items()):
+            gpu = self.spec.gpu_models[code]
+            lowest_w = power_limit_range(gpu)[0] * gpu_model(gpu).power_limit_max_w
+            out[gpu] = sum(1 for solo in found if solo is not None and _measured_peak_w(solo) <= lowest_w)
+        return out
+
     def _table_rate(self, job: int, code: int, n: int, nodes: int, switches: int) -> float:
         key = self.key[code][job]
         per_node = self._gpus_per_node.get(code, 1) or 1
@@ -381,7 +415,7 @@ class PerformanceModel:
         self, job: int, gpu_code: int, num_gpus: int, nodes: int, switches: int, setting: GpuSetting
     ) -> float:
         """Work units per second with the job alone on its GPUs."""
-        speed = self.speed(gpu_code, setting)
+        speed = self.setting_response(job, gpu_code, setting)[0]
         if self._profile and num_gpus > 0 and gpu_code >= 0 and self._rate_from_profile(job, gpu_code):
             return self._profile_rate(job, gpu_code, num_gpus, nodes, switches) * speed
         code = self._rate_code(job, gpu_code)
@@ -406,7 +440,7 @@ class PerformanceModel:
         """Utilisation the job adds to each of its GPUs, times its setting's dynamic-power scale."""
         measured = self._measured_load.get(gpu_code)
         load = self.job_load[job] if measured is None or np.isnan(measured[job]) else measured[job]
-        scale = self.power_scale(gpu_code, setting)
+        scale = self.setting_response(job, gpu_code, setting)[1]
         return float(load) if scale == 1.0 else float(load) * scale
 
     def slicing_utilisation(self, job: int, gpu_code: int | None = None) -> float:
@@ -577,6 +611,11 @@ class PerformanceModel:
             kinds = [str(s).split(":")[0] for s in self.source if s]
             out["profiles"] = self.profiles.describe()
             out["jobs_by_perf_source"] = {k: kinds.count(k) for k in sorted(set(kinds))}
+            out["power_limit_response"] = (
+                "measured where a power limit is at or above a profiled job's measured draw alone (peak sample, "
+                "else mean): it runs and draws as measured; modelled (the GPU type's curve) otherwise"
+            )
+            out["profiled_jobs_no_power_limit_binds"] = self._never_bound()
         if self.assigned.any():
             out["model_assignment"] = {
                 "rule": ASSIGNMENT_RULE,
@@ -584,6 +623,11 @@ class PerformanceModel:
                 "per_model": dict(sorted(self.assignment_counts.items())),
             }
         return out
+
+
+def _measured_peak_w(solo: Solo) -> float:
+    """The most a profiled job drew alone: its peak sample where measured, else its mean draw."""
+    return solo.power_max_w if solo.power_max_w > 0 else solo.power_w
 
 
 def main_gpu_model(spec: ClusterSpec) -> str:

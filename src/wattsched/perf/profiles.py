@@ -57,6 +57,7 @@ class Solo:
     spread: float  # (max - min) / mean of it/s over the windows
     memory_gib: float  # peak GPU memory (0: not measured)
     source: str  # "file:line,line"
+    power_max_w: float = math.nan  # the highest draw sampled in its windows (NaN: not measured)
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,7 @@ def _mean_solo(key: tuple, entries: list[tuple[dict, str]]) -> Solo:
         spread=(max(speeds) - min(speeds)) / mean_speed if mean_speed > 0 else 0.0,
         memory_gib=max(r["memory_gib"] for r in rows),
         source=f"{Path(entries[0][1]).name}:{','.join(str(r['line']) for r in rows)}",
+        power_max_w=max((r["power_max_w"] for r in rows if not math.isnan(r["power_max_w"])), default=math.nan),
     )  # fmt: skip
 
 
@@ -310,6 +312,7 @@ def _row(path: Path, line: int, rec: Mapping[str, str], default_gpu: str | None)
     if not gpu:
         raise InputError(path, line, "gpu", "empty (name the GPU, e.g. H200)")
     power = _number(path, line, rec, "gpu_power_mean_w", required=False)
+    peak = _number(path, line, rec, "gpu_power_max_w", required=False)
     window = _number(path, line, rec, "window_s", required=False)
     energy = _number(path, line, rec, "gpu_energy_j", required=False)
     if math.isnan(power):
@@ -323,6 +326,7 @@ def _row(path: Path, line: int, rec: Mapping[str, str], default_gpu: str | None)
         "gpu": gpu,
         "state": state,
         "power_w": power,
+        "power_max_w": peak,
         "energy_j": energy,
         "window_s": window,
     }

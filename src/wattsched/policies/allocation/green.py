@@ -366,7 +366,8 @@ class WattschedGreen(AllocationPolicy):
             return DEFAULT_SETTING
         best, best_energy = DEFAULT_SETTING, self._draw_w(job, DEFAULT_SETTING)  # J per second at speed 1
         slack = self._slack_s(job, now, seconds_left)
-        for setting, speed, _ in self._limits(code):
+        for setting, _, _ in self._limits(code):
+            speed = self.perf.setting_response(job, code, setting)[0]  # this job's, as the engine runs it
             bound = math.inf if unbounded else self.max_slowdown
             if setting is DEFAULT_SETTING or speed <= 0 or 1.0 / speed - 1.0 > bound + 1e-12:
                 continue
