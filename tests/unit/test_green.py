@@ -352,6 +352,17 @@ def test_verdict_names_a_run_that_completed_fewer_jobs():
     )
 
 
+def test_headline_names_an_undominated_run_that_left_service_hours_late():
+    records = _records()
+    records.loc[records["policy"] == "cedla", "slo_violation_hours"] = 12
+    lines = headline_lines(records)
+    # cedla is not dominated on (energy, JCT) and left 12 service-hours late; fifo (7 h) is dominated on both
+    assert any(
+        "service-hours late" in line and "cedla (12 h)" in line and "fifo" not in line for line in lines
+    )
+    assert not any("service-hours late" in line for line in headline_lines(_records()))
+
+
 def test_ablation_names_what_each_mechanism_contributes():
     table = ablation_table(_records()).set_index("mechanism")
     assert table.loc["clocks", "energy with it off %"] == pytest.approx(100 / 9 * 1.0, rel=1e-6)
