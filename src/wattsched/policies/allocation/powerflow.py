@@ -65,6 +65,12 @@ CLOCK_STEP = 0.1  # SM-clock grid: fractions of f_max from the GPU's lowest mode
 # shared with wattsched-green.
 
 
+# The columns of PowerFlow._option_rows: per (job, GPU level), the energy-optimal clock's rate (units/s) and dynamic
+# W, the next clock's, how many clock options, the restart delay of a changed GPU count (s).
+_ROW_COLUMNS = ("rate0", "dyn0", "rate1", "dyn1", "options", "restart_s")
+RATE0, DYN0, RATE1, DYN1, OPTIONS, RESTART_S = range(len(_ROW_COLUMNS))
+
+
 @dataclass
 class _Budget:
     """What one round's greedy must keep within (docs/powerflow.md, "Budget")."""
@@ -145,7 +151,12 @@ class PowerFlow(AllocationPolicy):
         )
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
-        self._top: dict[int, int] = {}
+        self._top = np.full(n, -1, dtype=np.int64)  # per job, its largest GPU count (-1: not read yet)
+        # Per job and GPU level (2**level GPUs), what the greedy reads of every admitted job at once (lazily):
+        # the columns _ROW_* of `_rows`; `_row_known` says which are filled.
+        levels = max(int(ctx.spec.gpu_count.sum()), 1).bit_length()
+        self._rows = np.zeros((n, levels, len(_ROW_COLUMNS)))
+        self._row_known = np.zeros((n, levels), dtype=bool)
         self._last_signature: tuple | None = None
         self._last_left = math.nan
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
@@ -217,11 +228,37 @@ class PowerFlow(AllocationPolicy):
     def _idle_w(self, code: int) -> float:
         return self._idle_by_code[code]
 
+    def _top_gpus(self, jobs: np.ndarray) -> np.ndarray:
+        """Per job, its table's largest measured count (read once per job)."""
+        unknown = jobs[self._top[jobs] < 0]
+        for j in unknown.tolist():
+            self._top[j] = self.perf.max_gpus(j, int(self.codes[j]))
+        return self._top[jobs]
+
+    def _option_rows(self, jobs: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        """Per job at 2**level GPUs, the row of `_ROW_COLUMNS`: `_options_at`'s first two options (rate, dynamic
+        W; the second nan where there is one option only), how many options, and the restart delay of a changed
+        count. Filled once per (job, level), read for a whole round's jobs at once."""
+        missing = ~self._row_known[jobs, levels]
+        if missing.any():
+            for j, level in zip(jobs[missing].tolist(), levels[missing].tolist(), strict=True):
+                gpus = 1 << level
+                settings, rates, dyn = self._options_at(j, gpus)
+                more = len(settings) > 1
+                self._rows[j, level] = (
+                    rates[0],
+                    dyn[0],
+                    rates[1] if more else math.nan,
+                    dyn[1] if more else math.nan,
+                    len(settings),
+                    self.perf.restart_delay_s(j, gpus, False),
+                )
+                self._row_known[j, level] = True
+        return self._rows[jobs, levels]
+
     def _levels(self, job: int, capacity: int) -> list[int]:
         """GPU counts the job may get: powers of two up to its table's largest measured count and `capacity`."""
-        top = self._top.get(job)
-        if top is None:
-            top = self._top[job] = self.perf.max_gpus(job, int(self.codes[job]))
+        top = int(self._top_gpus(np.array([job]))[0])
         top = min(top, capacity)
         levels, n = [], 1
         while n <= top:
@@ -478,6 +515,19 @@ class _Greedy:
             static = b.static_w * span
         return dyn_j + b.queued_j + static
 
+    def _energy_each(self, dyn_j: np.ndarray, gpus: np.ndarray, gpu_s: np.ndarray, longest_s: np.ndarray):
+        """`_energy` of many candidate allocations at once, with the same floating-point operations in the same
+        order (so the same values, bit for bit)."""
+        b = self.budget
+        if b.node_static_w > 0:
+            some = gpus > 0
+            nodes = np.where(some, np.ceil(gpus / self.p.per_node), 0.0)
+            static = b.node_static_w * nodes * np.where(some, gpu_s / np.where(some, gpus, 1.0), 0.0)
+        else:
+            spread = (gpu_s + b.queued_gpu_s) / max(self.capacity, 1)
+            static = b.static_w * np.maximum(np.maximum(b.span_floor_s, longest_s), spread)
+        return dyn_j + b.queued_j + static
+
     def _after(self, job: int, new_gpus: int, new_clock: int) -> tuple[float, tuple, float]:
         """(energy to go, aggregates, longest JCT) if the job moved to (gpus, clock)."""
         e0, g0, t0 = self.job_terms[job]
@@ -488,9 +538,25 @@ class _Greedy:
         return self._energy(agg, longest), agg, longest
 
     def _refresh_longest(self) -> None:
-        order = sorted(((t[2], j) for j, t in self.job_terms.items()), reverse=True)
-        self.longest_jct, self.longest_job = order[0] if order else (0.0, -1)
-        self.second_jct = order[1][0] if len(order) > 1 else 0.0
+        """The longest JCT (ties: the highest job id holds it) and the next one (equal on a tie)."""
+        jct = self._jct_now
+        if jct.size == 0:
+            self.longest_jct, self.longest_job, self.second_jct = 0.0, -1, 0.0
+            return
+        top = int(np.argmax(jct))
+        longest = jct[top]
+        tied = np.flatnonzero(jct == longest)
+        self.longest_jct = float(longest)
+        if tied.size > 1:
+            self.longest_job, self.second_jct = int(self._jobs[tied].max()), float(longest)
+            return
+        self.longest_job = int(self._jobs[top])
+        if jct.size == 1:
+            self.second_jct = 0.0
+            return
+        jct[top] = -math.inf
+        self.second_jct = float(jct.max())
+        jct[top] = longest
 
     def energy_to_go(self) -> float:
         return self._energy(self.agg, self.longest_jct)
@@ -526,33 +592,95 @@ class _Greedy:
 
     def _apply(self, job: int, new_gpus: int, new_clock: int) -> None:
         _, self.agg, _ = self._after(job, new_gpus, new_clock)
-        self.job_terms[job] = self._terms(job, new_gpus, new_clock)
+        terms = self.job_terms[job] = self._terms(job, new_gpus, new_clock)
         self.gpus[job], self.clock[job] = new_gpus, new_clock
+        i = self._index[job]
+        self._energy_now[i], self._gpus_now[i], self._jct_now[i] = terms
         self._refresh_longest()
+
+    def _priorities(
+        self,
+        at: np.ndarray,
+        gpus: np.ndarray,
+        rows_from: np.ndarray,
+        gpus_to: np.ndarray,
+        rows_to: np.ndarray,
+        to_clock: int,
+    ) -> np.ndarray:
+        """`_priority` of jobs `self._jobs[at]` from (`gpus`, clock 0) to (`gpus_to`, `to_clock`), all at once and
+        bit for bit: the rows are `_option_rows` at the two GPU counts."""
+        rate_col, dyn_col = (RATE0, DYN0) if to_clock == 0 else (RATE1, DYN1)
+        remaining = self._remaining[at]
+        held = self._held[at]
+        delay_from = np.where(self._is_held[at] & (held != gpus), rows_from[:, RESTART_S], 0.0)
+        delay_to = np.where(self._is_held[at] & (held != gpus_to), rows_to[:, RESTART_S], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jct = delay_from + remaining / rows_from[:, RATE0]
+            jct2 = delay_to + remaining / rows_to[:, rate_col]
+            gain = jct - jct2
+            e = self.energy_to_go()
+            e0, g0, t0 = self._energy_now[at], self._gpus_now[at], self._jct_now[at]
+            e1 = remaining * rows_to[:, dyn_col] / rows_to[:, rate_col]
+            g1 = gpus_to.astype(np.float64)
+            dyn_j, all_gpus, gpu_s = self.agg
+            others = np.where(self._jobs[at] == self.longest_job, self.second_jct, self.longest_jct)
+            e2 = self._energy_each(
+                dyn_j - e0 + e1, all_gpus - g0 + g1, gpu_s - g0 * t0 + g1 * jct2, np.maximum(jct2, others)
+            )
+            ratio = (gain / jct) / ((e2 - e) / e)
+        saves = (e2 - e <= 0) | (e <= 0)
+        return np.where((gain <= 0) | (jct <= 0), -math.inf, np.where(saves, math.inf, ratio))
 
     def run(self, admitted: list[int], budget: _Budget) -> None:
         p = self.p
         self.budget = budget
-        levels = {j: p._levels(j, self.capacity) for j in admitted}
-        for j in admitted:
-            # A running job starts from what it holds (rounded down to a power of two), so that the greedy does
-            # not rebuild, and restart, every job each round; a pending job from one GPU.
-            held = self.held.get(j, 1)
-            self.gpus[j] = max([n for n in levels[j] if n <= held] or [1])
-            self.clock[j] = 0
+        jobs = self._jobs = np.asarray(admitted, dtype=np.int64)
+        self._index = {j: i for i, j in enumerate(admitted)}
+        # GPU counts a job may get: powers of two up to min(its largest measured count, capacity), at least 1.
+        top = np.minimum(p._top_gpus(jobs), self.capacity)
+        self._top = dict(zip(admitted, top.tolist(), strict=True))
+        self._is_held = np.array([j in self.held for j in admitted], dtype=bool)
+        self._held = np.array([self.held.get(j, 0) for j in admitted], dtype=np.int64)
+        self._remaining = np.array([self.remaining[j] for j in admitted], dtype=np.float64)
+        # A running job starts from what it holds (rounded down to a power of two), so that the greedy does not
+        # rebuild, and restart, every job each round; a pending job from one GPU.
+        start = np.where(self._is_held, self._held, 1)
+        gpus = _floor_power_of_two(np.maximum(np.minimum(start, top), 1))
         # Too many for the GPUs (newcomers admitted): halve the largest jobs until everyone fits.
-        while sum(self.gpus.values()) > self.capacity:
-            big = max(self.gpus, key=lambda k: (self.gpus[k], k))
-            if self.gpus[big] == 1:
+        total = int(gpus.sum())
+        while total > self.capacity and gpus.size:
+            largest = int(gpus.max())
+            if largest == 1:
                 break
-            self.gpus[big] //= 2
-        self.job_terms = {j: self._terms(j, self.gpus[j], 0) for j in admitted}
-        terms = self.job_terms.values()
-        self.agg = (sum(t[0] for t in terms), sum(t[1] for t in terms), sum(t[1] * t[2] for t in terms))
+            big = np.flatnonzero(gpus == largest)
+            big = int(big[np.argmax(jobs[big])])  # ties: the highest job id
+            gpus[big] //= 2
+            total -= largest // 2
+        self.gpus = dict(zip(admitted, gpus.tolist(), strict=True))
+        self.clock = dict.fromkeys(admitted, 0)
+        rows = p._option_rows(jobs, _level(gpus))
+        delay = np.where(self._is_held & (self._held != gpus), rows[:, RESTART_S], 0.0)
+        self._jct_now = delay + self._remaining / rows[:, RATE0]
+        self._energy_now = self._remaining * rows[:, DYN0] / rows[:, RATE0]
+        self._gpus_now = gpus.astype(np.float64)
+        self.job_terms = dict(
+            zip(
+                admitted,
+                zip(self._energy_now.tolist(), self._gpus_now.tolist(), self._jct_now.tolist(), strict=True),
+                strict=True,
+            )
+        )
+        self.agg = (
+            sum(self._energy_now.tolist()),
+            sum(self._gpus_now.tolist()),
+            sum((self._gpus_now * self._jct_now).tolist()),
+        )
         self._refresh_longest()
-        left = self.capacity - sum(self.gpus.values())
-        heap = [(-self._priority(j, self.gpus[j], 0, 2 * self.gpus[j], 0), j) for j in admitted
-                if 2 * self.gpus[j] in levels[j]]  # fmt: skip
+        left = self.capacity - total
+        can = np.flatnonzero(2 * gpus <= top)
+        rows_to = p._option_rows(jobs[can], _level(gpus[can]) + 1)
+        priority = self._priorities(can, gpus[can], rows[can], 2 * gpus[can], rows_to, 0)
+        heap = list(zip((-priority).tolist(), jobs[can].tolist(), strict=True))
         heapq.heapify(heap)
         while heap:
             neg, j = heapq.heappop(heap)
@@ -565,11 +693,14 @@ class _Greedy:
                 continue
             self._apply(j, 2 * a, 0)
             left -= a
-            if 4 * a in levels[j]:
+            if 4 * a <= self._top[j]:
                 heapq.heappush(heap, (-self._priority(j, 2 * a, 0, 4 * a, 0), j))
         # Clocks up with what the budget leaves.
-        heap = [(-self._priority(j, self.gpus[j], 0, self.gpus[j], 1), j) for j in admitted
-                if len(p._options_at(j, self.gpus[j])[0]) > 1]  # fmt: skip
+        gpus = np.array([self.gpus[j] for j in admitted], dtype=np.int64)
+        rows = p._option_rows(jobs, _level(gpus))
+        can = np.flatnonzero(rows[:, OPTIONS] > 1)
+        priority = self._priorities(can, gpus[can], rows[can], gpus[can], rows[can], 1)
+        heap = list(zip((-priority).tolist(), jobs[can].tolist(), strict=True))
         heapq.heapify(heap)
         while heap:
             neg, j = heapq.heappop(heap)
@@ -616,6 +747,16 @@ class _Greedy:
             if best is None:
                 break
             self._apply(*best)
+
+
+def _floor_power_of_two(n: np.ndarray) -> np.ndarray:
+    """The largest power of two at most each n (n >= 1)."""
+    return np.left_shift(1, _level(n)).astype(np.int64)
+
+
+def _level(n: np.ndarray) -> np.ndarray:
+    """floor(log2 n) of integers n >= 1, exactly (frexp: n = m * 2**e with 0.5 <= m < 1)."""
+    return (np.frexp(np.asarray(n, dtype=np.float64))[1] - 1).astype(np.int64)
 
 
 def _close(a: float, b: float) -> bool:
