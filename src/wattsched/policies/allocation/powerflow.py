@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,6 +160,8 @@ class PowerFlow(AllocationPolicy):
         self._row_known = np.zeros((n, levels), dtype=bool)
         self._last_signature: tuple | None = None
         self._last_left = math.nan
+        self._targets: dict[int, Target | None] = {}  # view.target of held jobs, kept while unchanged
+        self._journal_mark = -1  # position in the job journal (view.job_changes) at the last refresh
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
         gpu_jobs = ctx.jobs.num_gpu > 0
         self.last_arrival_s = float(ctx.jobs.submit_s[gpu_jobs].max()) if gpu_jobs.any() else 0.0
@@ -342,7 +345,9 @@ class PowerFlow(AllocationPolicy):
             until = max(until, float((starts + remaining / self._fastest_rate[unfinished]).max()))
         return max(until - view.now, 0.0)
 
-    def _least(self, jobs: Sequence[int], remaining: Sequence[float]) -> tuple[float, float]:
+    def _least(
+        self, jobs: Sequence[int] | np.ndarray, remaining: Sequence[float] | np.ndarray
+    ) -> tuple[float, float]:
         """(least dynamic GPU energy J, least GPU-seconds) of these jobs' remaining work: one GPU each at its
         energy-optimal clock. The per-job one-GPU options are read once for the whole workload."""
         if self._least_options is None:
@@ -358,7 +363,7 @@ class PowerFlow(AllocationPolicy):
         dyn_w, rate = (a[np.asarray(jobs, dtype=np.int64)] for a in self._least_options)
         work = np.asarray(remaining, dtype=np.float64)
         dynamic = np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0)
-        return sum(dynamic.tolist()), sum((work / rate).tolist())
+        return _sum(dynamic), _sum(work / rate)
 
     def _static_w(self, view: ClusterView, held: dict[int, int]) -> float:
         """Cluster power now less the running jobs' dynamic GPU power at their present settings (0 in a run
@@ -374,23 +379,24 @@ class PowerFlow(AllocationPolicy):
 
     def _round_budget(self, view: ClusterView, held: dict, left: float, admitted: set, pending) -> _Budget:
         # Every unfinished GPU job not admitted now (queued, or still to arrive) at its least dynamic energy.
-        done = np.isin(view.status, (STATUS_DONE, STATUS_DROPPED, STATUS_UNSCHEDULABLE))
-        rest = np.flatnonzero(~done & (self.jobs.num_gpu > 0))
-        rest = rest[~np.isin(rest, np.fromiter(admitted, dtype=np.int64, count=len(admitted)))]
-        rem = view.remaining_work(rest).tolist() if rest.size else []
-        queued = rest.tolist()
+        status = view.status
+        done = (status == STATUS_DONE) | (status == STATUS_DROPPED) | (status == STATUS_UNSCHEDULABLE)
+        unfinished = ~done & (self.jobs.num_gpu > 0)
+        unfinished[np.fromiter(admitted, dtype=np.int64, count=len(admitted))] = False
+        rest = np.flatnonzero(unfinished)
+        rem = view.remaining_work(rest) if rest.size else np.zeros(0)
         # Every node on: the static draw measured now. Idle nodes off: a node's static draw (measured on the
         # first round) per node the allocation needs; either way times the loop's correction.
         static = self._static_w(view, held) * self.multiplier if self.nodes_stay_on else 0.0
         node_static = 0.0 if self.nodes_stay_on else self.node_static_w * self.multiplier
-        least_j, least_gpu_s = self._least(queued, rem)
+        least_j, least_gpu_s = self._least(rest, rem)
         return _Budget(
             queued_gpu_s=least_gpu_s,
             left_j=left,
             static_w=static,
             node_static_w=node_static,
             nodes_on=int(np.count_nonzero(view.power_state == ON)),
-            span_floor_s=self._span_floor_s(view, rest, np.asarray(rem, dtype=np.float64)),
+            span_floor_s=self._span_floor_s(view, rest, rem),
             queued_j=least_j + node_static / self.per_node * least_gpu_s,
         )
 
@@ -429,6 +435,17 @@ class PowerFlow(AllocationPolicy):
         )
         self.floor_kwh = energy_budget.refuse_below_floor(self.budget_j, dynamic, static)
 
+    def _targets_now(self, view: ClusterView) -> dict[int, Target | None]:
+        """`view.target` of jobs read at earlier decisions, less those the job journal lists as changed since
+        (started, stopped, moved, retuned...): what a job holds changes only so (contract.ClusterView.job_changes)."""
+        changed, self._journal_mark = view.job_changes(self._journal_mark)
+        if changed is None:
+            self._targets.clear()
+        else:
+            for j in changed:
+                self._targets.pop(j, None)
+        return self._targets
+
     def _place(
         self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
     ) -> Decision:
@@ -439,7 +456,8 @@ class PowerFlow(AllocationPolicy):
             if gpus.get(j, h) != h:
                 plan.release(j)
                 moved.append(j)
-        starts = [j for j in gpus if view.status[j] != STATUS_RUNNING]
+        status = view.status
+        starts = [j for j in gpus if status[j] != STATUS_RUNNING]
         # Resized jobs before new ones, so that a start never takes the GPUs a resized job must fall back to
         # (a start taking them stopped the running job, and the two swapped places every round); within each
         # group big blocks first: buddy packs better.
@@ -458,10 +476,13 @@ class PowerFlow(AllocationPolicy):
                 n //= 2
         for j in cpu_only.tolist():
             plan.place(j, self.placement)
+        targets = self._targets_now(view)
         for j in held:
             if j in plan.assign or j in plan.released:
                 continue
-            now = view.target(j)
+            now = targets.get(j, _UNREAD)
+            if now is _UNREAD:
+                now = targets[j] = view.target(j)
             if now is not None and now.setting != setting.get(j, now.setting):
                 plan.assign[j] = Target(now.placement, now.share_milli, setting[j])
         return plan.decision(running)
@@ -747,6 +768,18 @@ class _Greedy:
             if best is None:
                 break
             self._apply(*best)
+
+
+_UNREAD = object()  # a job's target not read yet
+
+
+def _sum(values: np.ndarray) -> float:
+    """``sum(values.tolist())`` without the list: Python's sum of floats adds left to right before 3.12, as
+    np.cumsum does (compensated from 3.12 on: then the list). The + 0.0 makes a sum of negative zeros 0.0, as
+    sum's start 0 does."""
+    if sys.version_info >= (3, 12):
+        return sum(values.tolist())
+    return float(np.cumsum(values)[-1]) + 0.0 if values.size else 0
 
 
 def _floor_power_of_two(n: np.ndarray) -> np.ndarray:
