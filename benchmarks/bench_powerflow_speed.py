@@ -10,7 +10,10 @@ by CPU time (user + system of the child, the steadier on a shared machine) and b
 calibration loop (``bench_engine_speed.calibration_loop``) is timed between the runs, so that the figures can be
 read across machines as calibration loops. The first run of each case and tree keeps its run directory, and the
 two are compared file by file (``_identity.differences``: summary.json without its wall-time fields, every other
-file byte for byte); a difference fails the benchmark (exit 1).
+file byte for byte); a difference fails the benchmark (exit 1). With ``--baseline-src`` it also runs powerflow's own
+experiment (``wattsched experiment powerflow`` on Pollux workload-1, both power managers, budgets: the budgeted
+steps, cuts and the static multiplier) with both trees and compares every output file, less what times the runs
+(``wall_s`` columns, the summary's wall-time lines and section).
 
     WATTSCHED_DATA=../shared/data python benchmarks/bench_powerflow_speed.py --baseline-src /tmp/pf-base/src \
         [--case 3000] [--case 7033] [--case 3000-budget] [--repeats 2]
@@ -61,6 +64,49 @@ def run_case(name: str, out: Path) -> dict:
         "completed": result.summary["jobs_completed"],
         "energy_kwh": result.summary.get("energy_kwh"),
     }
+
+
+# powerflow's own experiment, small (the fixture tables of tests/unit/test_powerflow_experiment.py).
+EXPERIMENT = ["experiment", "powerflow", "--workload", "pollux/workload-1", "--cluster", "n16g4", "--gpu-type",
+              "T4", "--data-dir", str(OWN_SRC.parent / "tests" / "fixtures" / "perfdata"), "--seeds", "1",
+              "--baselines", "fifo,optimus-greedy", "--budget-points", "3", "--workers", "1", "--quiet",
+              "--no-plots"]  # fmt: skip
+WALL_LINES = ("Ran ", "- **Wall time", "- whole experiment under")  # summary.md lines that time the runs
+
+
+def _without_wall_times(path: Path) -> str:
+    """A file of the experiment's output as compared: CSVs without wall_s columns, summary.md without the lines
+    and the section that time the runs."""
+    if path.suffix == ".csv":
+        import pandas as pd
+
+        table = pd.read_csv(path)
+        return table.drop(columns=[c for c in table.columns if c.startswith("wall")]).to_csv(index=False)
+    if path.name == "summary.md":
+        kept, skipping = [], False
+        for line in path.read_text().splitlines():
+            if line.startswith("## "):
+                skipping = line.startswith("## Mean wall time")
+            if not skipping and not line.startswith(WALL_LINES):
+                kept.append(line)
+        return "\n".join(kept)
+    return path.read_bytes().hex()
+
+
+def experiment_differences(baseline_src: Path, tmp: Path) -> list[str]:
+    """Run powerflow's own experiment with both trees; the output files that differ (less wall times)."""
+    outs = []
+    for tag, src in (("before", baseline_src), ("this", OWN_SRC)):
+        out = tmp / f"experiment-{tag}"
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        cmd = [sys.executable, "-m", "wattsched", *EXPERIMENT, "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if proc.returncode != 0:
+            raise SystemExit(f"experiment powerflow ({src}): {proc.stderr.strip()[-2000:]}")
+        outs.append(out)
+    names = sorted({str(p.relative_to(o)) for o in outs for p in o.rglob("*") if p.is_file()})
+    return [n for n in names if not all((o / n).exists() for o in outs)
+            or _without_wall_times(outs[0] / n) != _without_wall_times(outs[1] / n)]  # fmt: skip
 
 
 def _child(name: str, src: Path, out: Path) -> dict:
@@ -125,6 +171,11 @@ def main() -> None:
                     flush=True,
                 )
                 failed |= bool(diff)
+        if args.baseline_src:
+            diff = experiment_differences(args.baseline_src, Path(tmp))
+            print("experiment powerflow (pollux/workload-1, budgets, both power managers): outputs "
+                  + ("identical (less wall times)" if not diff else "DIFFERENT: " + ", ".join(diff)))  # fmt: skip
+            failed |= bool(diff)
     print(f"calibration loop: {min(calibrations):.3f} s (best of {len(calibrations)})")
     sys.exit(1 if failed else 0)
 
