@@ -158,8 +158,13 @@ class _StubPolicy:
 
     def _option_rows(self, jobs, levels):
         # rate0, dyn0, rate1, dyn1, options, restart_s: one clock option, no restart (no job is held)
-        rows = [self._options_at(j, 1 << level) for j, level in zip(jobs.tolist(), levels.tolist(), strict=True)]
+        rows = [
+            self._options_at(j, 1 << level) for j, level in zip(jobs.tolist(), levels.tolist(), strict=True)
+        ]
         return np.array([[r[1][0], r[2][0], math.nan, math.nan, 1, 0.0] for r in rows]).reshape(-1, 6)
+
+    def _optimal_settings(self, jobs, levels):
+        return np.array([DEFAULT_SETTING] * len(jobs), dtype=object)
 
 
 def _greedy(left_j: float):

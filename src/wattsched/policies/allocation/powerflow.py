@@ -158,6 +158,7 @@ class PowerFlow(AllocationPolicy):
         levels = max(int(ctx.spec.gpu_count.sum()), 1).bit_length()
         self._rows = np.zeros((n, levels, len(_ROW_COLUMNS)))
         self._row_known = np.zeros((n, levels), dtype=bool)
+        self._optimal = np.full((n, levels), None, dtype=object)  # the energy-optimal setting, with the rows
         self._last_signature: tuple | None = None
         self._last_left = math.nan
         self._targets: dict[int, Target | None] = {}  # view.target of held jobs, kept while unchanged
@@ -256,8 +257,14 @@ class PowerFlow(AllocationPolicy):
                     len(settings),
                     self.perf.restart_delay_s(j, gpus, False),
                 )
+                self._optimal[j, level] = settings[0]
                 self._row_known[j, level] = True
         return self._rows[jobs, levels]
+
+    def _optimal_settings(self, jobs: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        """Per job at 2**level GPUs, its energy-optimal setting (`_options_at`'s first)."""
+        self._option_rows(jobs, levels)
+        return self._optimal[jobs, levels]
 
     def _levels(self, job: int, capacity: int) -> list[int]:
         """GPU counts the job may get: powers of two up to its table's largest measured count and `capacity`."""
@@ -705,8 +712,8 @@ class _Greedy:
         heapq.heapify(heap)
         while heap:
             neg, j = heapq.heappop(heap)
-            if -neg == -math.inf:
-                break
+            if -neg == -math.inf or left < 1:
+                break  # nothing left to gain, or no GPU left to double into
             a = self.gpus[j]
             if a > left:
                 continue  # cannot double; smaller jobs may still grow
@@ -734,8 +741,11 @@ class _Greedy:
             if c + 2 < len(p._options_at(j, a)[0]):
                 heapq.heappush(heap, (-self._priority(j, a, c + 1, a, c + 2), j))
         self._cut(admitted)
-        for j in admitted:
-            self.setting[j] = p._options_at(j, self.gpus[j])[0][self.clock[j]]
+        gpus = np.array([self.gpus[j] for j in admitted], dtype=np.int64)
+        self.setting = dict(zip(admitted, p._optimal_settings(jobs, _level(gpus)).tolist(), strict=True))
+        for j, c in self.clock.items():
+            if c:
+                self.setting[j] = p._options_at(j, self.gpus[j])[0][c]
 
     def _cut(self, admitted: list[int]) -> None:
         """Still above what is left after every step that saves energy: clocks back to the energy-optimal ones
