@@ -463,8 +463,8 @@ class PowerFlow(AllocationPolicy):
             if gpus.get(j, h) != h:
                 plan.release(j)
                 moved.append(j)
-        status = view.status
-        starts = [j for j in gpus if status[j] != STATUS_RUNNING]
+        sized = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
+        starts = sized[view.status[sized] != STATUS_RUNNING].tolist()
         # Resized jobs before new ones, so that a start never takes the GPUs a resized job must fall back to
         # (a start taking them stopped the running job, and the two swapped places every round); within each
         # group big blocks first: buddy packs better.
@@ -484,14 +484,18 @@ class PowerFlow(AllocationPolicy):
         for j in cpu_only.tolist():
             plan.place(j, self.placement)
         targets = self._targets_now(view)
+        assign, released = plan.assign, plan.released
         for j in held:
-            if j in plan.assign or j in plan.released:
+            if j in assign or j in released:
                 continue
             now = targets.get(j, _UNREAD)
             if now is _UNREAD:
                 now = targets[j] = view.target(j)
-            if now is not None and now.setting != setting.get(j, now.setting):
-                plan.assign[j] = Target(now.placement, now.share_milli, setting[j])
+            if now is None:
+                continue
+            new = setting.get(j, now.setting)
+            if new is not now.setting and now.setting != new:  # the same object is equal (a field-wise ==)
+                assign[j] = Target(now.placement, now.share_milli, setting[j])
         return plan.decision(running)
 
 
