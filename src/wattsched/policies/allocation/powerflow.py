@@ -280,8 +280,6 @@ class PowerFlow(AllocationPolicy):
     def allocate(self, view: ClusterView) -> Decision:
         running = view.running_jobs()
         waiting = view.pending_jobs()
-        cpu_only = waiting[self.jobs.num_gpu[waiting] == 0]  # no GPU to size: started as they fit
-        pending = waiting[self.jobs.num_gpu[waiting] > 0]
         if running.size == 0 and waiting.size == 0:
             return Decision()
         # A round with the same jobs running and waiting as at the last decision, energy left within 1 % of that
@@ -294,6 +292,8 @@ class PowerFlow(AllocationPolicy):
         if signature == self._last_signature and _close(left, self._last_left) and not view.changes.any:
             return Decision(keep_all=True)
         self._last_signature, self._last_left = signature, left
+        cpu_only = waiting[self.jobs.num_gpu[waiting] == 0]  # no GPU to size: started as they fit
+        pending = waiting[self.jobs.num_gpu[waiting] > 0]
         capacity = int(view.spec.gpu_count[view.state.available].sum())
         rem_p = view.remaining_work(pending)
         admitted = running.tolist()
