@@ -41,7 +41,14 @@ import numpy as np
 
 from ...core.gpus import gpu_model
 from ...core.settings import DEFAULT_SETTING, GpuSetting
-from ...core.states import ON, STATUS_DONE, STATUS_DROPPED, STATUS_RUNNING, STATUS_UNSCHEDULABLE
+from ...core.states import (
+    ON,
+    STATUS_DONE,
+    STATUS_DROPPED,
+    STATUS_FUTURE,
+    STATUS_RUNNING,
+    STATUS_UNSCHEDULABLE,
+)
 from ...energy.dvfs import sm_clock_range
 from ..base import PLACEMENT_POLICIES
 from ..contract import (
@@ -147,6 +154,7 @@ class PowerFlow(AllocationPolicy):
             rate = self._rate(j, trace, DEFAULT_SETTING)
             self.ref_gpu_s_per_unit[j] = trace / rate if rate > 0 else 0.0
         self._fastest_rate: np.ndarray | None = None  # per job, its rate at its largest GPU count (lazily)
+        self._future: tuple[Any, ...] | None = None  # _not_arrived's terms, from the first index asked
         self._least_options: tuple[np.ndarray, np.ndarray] | None = (
             None  # per job at one GPU: dynamic W, rate
         )
@@ -336,21 +344,48 @@ class PowerFlow(AllocationPolicy):
             self._static_actual_so_far_j, self._static_forecast_so_far_j, self.multiplier
         )
 
-    def _span_floor_s(self, view: ClusterView, unfinished: np.ndarray, remaining: np.ndarray) -> float:
+    def _span_floor_s(
+        self, view: ClusterView, unfinished: np.ndarray, remaining: np.ndarray, later: float = -math.inf
+    ) -> float:
         """The remaining span is never shorter than the time to the last known arrival, to the budget window's
         end, or to the earliest end of any unfinished job not admitted now (arrival, then its work at its largest
-        GPU count)."""
+        GPU count; `later`: that of jobs not among `unfinished`)."""
         until = max(self.last_arrival_s, self.budget_until_s or 0.0)
         if unfinished.size:
-            if self._fastest_rate is None:
-                capacity = int(view.spec.gpu_count.sum())
-                self._fastest_rate = np.array([
-                    self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING) if self.jobs.num_gpu[j] > 0 else 1.0
-                    for j in range(len(self.jobs))
-                ])  # fmt: skip
             starts = np.maximum(self.jobs.submit_s[unfinished], view.now)
-            until = max(until, float((starts + remaining / self._fastest_rate[unfinished]).max()))
-        return max(until - view.now, 0.0)
+            until = max(until, float((starts + remaining / self._fastest(view)[unfinished]).max()))
+        return max(max(until, later) - view.now, 0.0)
+
+    def _fastest(self, view: ClusterView) -> np.ndarray:
+        """Per job, its rate at its largest GPU count (read once for the whole workload)."""
+        if self._fastest_rate is None:
+            capacity = int(view.spec.gpu_count.sum())
+            self._fastest_rate = np.array([
+                self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING) if self.jobs.num_gpu[j] > 0 else 1.0
+                for j in range(len(self.jobs))
+            ])  # fmt: skip
+        return self._fastest_rate
+
+    def _not_arrived(self, view: ClusterView, first: int) -> tuple[np.ndarray, ...]:
+        """The GPU jobs from index `first` on, none arrived yet: (jobs, least dynamic J, least GPU-seconds, work
+        time at the largest GPU count). A job that has not arrived has made no progress, so these are read once
+        (when the first of them is asked for) and sliced from then on."""
+        cached = self._future
+        if cached is None or first < cached[0]:
+            jobs = np.flatnonzero(self.jobs.num_gpu > 0)
+            jobs = jobs[jobs >= first]
+            remaining = view.remaining_work(jobs) if jobs.size else np.zeros(0)
+            dynamic, gpu_s = self._least_terms(jobs, remaining)
+            cached = self._future = (first, jobs, dynamic, gpu_s, remaining / self._fastest(view)[jobs])
+        k = int(np.searchsorted(cached[1], first))
+        return tuple(a[k:] for a in cached[1:])
+
+    def _arrivals_end(self, status: np.ndarray) -> int | None:
+        """The index from which every job, and no job before it, has not arrived yet (the trace in submission
+        order, the usual case); None when the jobs not arrived are not such a tail."""
+        future = status == STATUS_FUTURE
+        end = len(status) - int(np.count_nonzero(future))
+        return end if future[end:].all() else None
 
     def _least(
         self, jobs: Sequence[int] | np.ndarray, remaining: Sequence[float] | np.ndarray
@@ -367,10 +402,19 @@ class PowerFlow(AllocationPolicy):
             )
         if not len(jobs):
             return 0.0, 0.0
+        dynamic, gpu_s = self._least_terms(jobs, remaining)
+        return _sum(dynamic), _sum(gpu_s)
+
+    def _least_terms(
+        self, jobs: Sequence[int] | np.ndarray, remaining: Sequence[float] | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`_least` per job, before the sums."""
+        if self._least_options is None:
+            self._least(jobs[:0], remaining[:0])  # reads the options
+        assert self._least_options is not None
         dyn_w, rate = (a[np.asarray(jobs, dtype=np.int64)] for a in self._least_options)
         work = np.asarray(remaining, dtype=np.float64)
-        dynamic = np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0)
-        return _sum(dynamic), _sum(work / rate)
+        return np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0), work / rate
 
     def _static_w(self, view: ClusterView, held: dict[int, int]) -> float:
         """Cluster power now less the running jobs' dynamic GPU power at their present settings (0 in a run
@@ -386,9 +430,14 @@ class PowerFlow(AllocationPolicy):
 
     def _round_budget(self, view: ClusterView, held: dict, left: float, admitted: set, pending) -> _Budget:
         # Every unfinished GPU job not admitted now (queued, or still to arrive) at its least dynamic energy.
+        # The jobs still to arrive are usually the trace's tail: their terms are read once (_not_arrived) and
+        # only the jobs that have arrived are scanned each round; the sums run over the same terms in the same
+        # order (job index), so they are the same floats.
         status = view.status
-        done = (status == STATUS_DONE) | (status == STATUS_DROPPED) | (status == STATUS_UNSCHEDULABLE)
-        unfinished = ~done & (self.jobs.num_gpu > 0)
+        arrived = self._arrivals_end(status)
+        scan = status if arrived is None else status[:arrived]
+        done = (scan == STATUS_DONE) | (scan == STATUS_DROPPED) | (scan == STATUS_UNSCHEDULABLE)
+        unfinished = ~done & (self.jobs.num_gpu[: len(scan)] > 0)
         unfinished[np.fromiter(admitted, dtype=np.int64, count=len(admitted))] = False
         rest = np.flatnonzero(unfinished)
         rem = view.remaining_work(rest) if rest.size else np.zeros(0)
@@ -396,14 +445,27 @@ class PowerFlow(AllocationPolicy):
         # first round) per node the allocation needs; either way times the loop's correction.
         static = self._static_w(view, held) * self.multiplier if self.nodes_stay_on else 0.0
         node_static = 0.0 if self.nodes_stay_on else self.node_static_w * self.multiplier
-        least_j, least_gpu_s = self._least(rest, rem)
+        if arrived is None:
+            least_j, least_gpu_s = self._least(rest, rem)
+            span_floor_s = self._span_floor_s(view, rest, rem)
+        else:
+            future, future_j, future_gpu_s, future_s = self._not_arrived(view, arrived)
+            dynamic, gpu_s = self._least_terms(rest, rem)
+            least_j, least_gpu_s = 0.0, 0.0
+            if rest.size or future.size:
+                least_j = _sum(np.concatenate([dynamic, future_j]))
+                least_gpu_s = _sum(np.concatenate([gpu_s, future_gpu_s]))
+            later = -math.inf  # the latest end of the jobs still to arrive
+            if future.size:
+                later = float((np.maximum(self.jobs.submit_s[future], view.now) + future_s).max())
+            span_floor_s = self._span_floor_s(view, rest, rem, later)
         return _Budget(
             queued_gpu_s=least_gpu_s,
             left_j=left,
             static_w=static,
             node_static_w=node_static,
             nodes_on=int(np.count_nonzero(view.power_state == ON)),
-            span_floor_s=self._span_floor_s(view, rest, rem),
+            span_floor_s=span_floor_s,
             queued_j=least_j + node_static / self.per_node * least_gpu_s,
         )
 
