@@ -171,6 +171,7 @@ class PowerFlow(AllocationPolicy):
         self._last_left = math.nan
         self._targets: dict[int, Target | None] = {}  # view.target of held jobs, kept while unchanged
         self._journal_mark = -1  # position in the job journal (view.job_changes) at the last refresh
+        self._signature_mark = -1  # the journal's position when _last_signature was read
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
         gpu_jobs = ctx.jobs.num_gpu > 0
         self.last_arrival_s = float(ctx.jobs.submit_s[gpu_jobs].max()) if gpu_jobs.any() else 0.0
@@ -286,20 +287,28 @@ class PowerFlow(AllocationPolicy):
 
     # --- the round --------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
-        running = view.running_jobs()
-        waiting = view.pending_jobs()
-        if running.size == 0 and waiting.size == 0:
-            return Decision()
         # A round with the same jobs running and waiting as at the last decision, energy left within 1 % of that
         # decision's, and nothing changed in the cluster since (no GPU freed, no node booted or switched off, no
-        # setting changed) has nothing new to decide.
-        signature = (running.tobytes(), waiting.tobytes())
+        # setting changed) has nothing new to decide. With no job listed in the job journal since that decision
+        # (none arrived, started, stopped, finished, deferred...), the jobs running and waiting are the same
+        # without reading them.
+        changed, mark = view.job_changes(self._signature_mark)
+        running: np.ndarray | None = None
+        if changed is not None and not changed and self._last_signature is not None:
+            signature = self._last_signature
+        else:
+            running, waiting = view.running_jobs(), view.pending_jobs()
+            if running.size == 0 and waiting.size == 0:
+                return Decision()
+            signature = (running.tobytes(), waiting.tobytes())
         self._check_floor(view)
         self._update_multiplier(view)
         left = self._left_j(view)
         if signature == self._last_signature and _close(left, self._last_left) and not view.changes.any:
             return Decision(keep_all=True)
-        self._last_signature, self._last_left = signature, left
+        if running is None:
+            running, waiting = view.running_jobs(), view.pending_jobs()
+        self._last_signature, self._last_left, self._signature_mark = signature, left, mark
         cpu_only = waiting[self.jobs.num_gpu[waiting] == 0]  # no GPU to size: started as they fit
         pending = waiting[self.jobs.num_gpu[waiting] > 0]
         capacity = int(view.spec.gpu_count[view.state.available].sum())
@@ -550,8 +559,9 @@ class PowerFlow(AllocationPolicy):
         for j in held:
             if j in assign or j in released:
                 continue
-            now = targets.get(j, _UNREAD)
-            if now is _UNREAD:
+            if j in targets:
+                now = targets[j]
+            else:
                 now = targets[j] = view.target(j)
             if now is None:
                 continue
@@ -746,8 +756,8 @@ class _Greedy:
             largest = int(gpus.max())
             if largest == 1:
                 break
-            big = np.flatnonzero(gpus == largest)
-            big = int(big[np.argmax(jobs[big])])  # ties: the highest job id
+            ties = np.flatnonzero(gpus == largest)
+            big = int(ties[np.argmax(jobs[ties])])  # ties: the highest job id
             gpus[big] //= 2
             total -= largest // 2
         self.gpus = dict(zip(admitted, gpus.tolist(), strict=True))
@@ -844,9 +854,6 @@ class _Greedy:
             if best is None:
                 break
             self._apply(*best)
-
-
-_UNREAD = object()  # a job's target not read yet
 
 
 def _sum(values: np.ndarray) -> float:
