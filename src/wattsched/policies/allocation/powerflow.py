@@ -313,11 +313,8 @@ class PowerFlow(AllocationPolicy):
         pending = waiting[self.jobs.num_gpu[waiting] > 0]
         capacity = int(view.spec.gpu_count[view.state.available].sum())
         rem_p = view.remaining_work(pending)
-        admitted = running.tolist()
-        for j in pending[np.argsort(rem_p * self.ref_gpu_s_per_unit[pending], kind="stable")].tolist():
-            if len(admitted) >= capacity:
-                break
-            admitted.append(j)
+        by_work = pending[np.argsort(rem_p * self.ref_gpu_s_per_unit[pending], kind="stable")]
+        admitted = running.tolist() + by_work[: max(capacity - running.size, 0)].tolist()
         held = dict(zip(running.tolist(), view.held_gpus(running).tolist(), strict=True))
         remaining = dict(
             zip(admitted, view.remaining_work(np.asarray(admitted, dtype=np.int64)).tolist(), strict=True)
