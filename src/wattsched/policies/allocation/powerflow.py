@@ -155,6 +155,10 @@ class PowerFlow(AllocationPolicy):
             self.ref_gpu_s_per_unit[j] = trace / rate if rate > 0 else 0.0
         self._fastest_rate: np.ndarray | None = None  # per job, its rate at its largest GPU count (lazily)
         self._future: tuple[Any, ...] | None = None  # _not_arrived's terms, from the first index asked
+        self._least_key: tuple | None = (
+            None  # _round_budget's last (first not arrived, queued jobs, their work)
+        )
+        self._least_sums = (0.0, 0.0)  # and its sums
         self._least_options: tuple[np.ndarray, np.ndarray] | None = (
             None  # per job at one GPU: dynamic W, rate
         )
@@ -372,19 +376,32 @@ class PowerFlow(AllocationPolicy):
             ])  # fmt: skip
         return self._fastest_rate
 
-    def _not_arrived(self, view: ClusterView, first: int) -> tuple[np.ndarray, ...]:
-        """The GPU jobs from index `first` on, none arrived yet: (jobs, least dynamic J, least GPU-seconds, work
-        time at the largest GPU count). A job that has not arrived has made no progress, so these are read once
-        (when the first of them is asked for) and sliced from then on."""
+    def _not_arrived(self, view: ClusterView, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """The GPU jobs from index `first` on, none arrived yet: (jobs, least dynamic J, least GPU-seconds, the
+        latest end: arrival, then the work at the largest GPU count, from now). A job that has not arrived has
+        made no progress, so the terms are read once (when the first of them is asked for) and sliced from then
+        on; while none of them arrives before now, the latest end is a suffix maximum."""
         cached = self._future
         if cached is None or first < cached[0]:
             jobs = np.flatnonzero(self.jobs.num_gpu > 0)
             jobs = jobs[jobs >= first]
             remaining = view.remaining_work(jobs) if jobs.size else np.zeros(0)
             dynamic, gpu_s = self._least_terms(jobs, remaining)
-            cached = self._future = (first, jobs, dynamic, gpu_s, remaining / self._fastest(view)[jobs])
-        k = int(np.searchsorted(cached[1], first))
-        return tuple(a[k:] for a in cached[1:])
+            work_s = remaining / self._fastest(view)[jobs]
+            submit = self.jobs.submit_s[jobs]
+            # From each position to the end: the earliest arrival, and the latest arrival + work time.
+            earliest = np.minimum.accumulate(submit[::-1])[::-1]
+            latest = np.maximum.accumulate((submit + work_s)[::-1])[::-1]
+            cached = self._future = (first, jobs, dynamic, gpu_s, work_s, submit, earliest, latest)
+        _, jobs, dynamic, gpu_s, work_s, submit, earliest, latest = cached
+        k = int(np.searchsorted(jobs, first))
+        later = -math.inf
+        if k < jobs.size:
+            if earliest[k] >= view.now:  # then max(arrival, now) is the arrival for every one of them
+                later = float(latest[k])
+            else:
+                later = float((np.maximum(submit[k:], view.now) + work_s[k:]).max())
+        return jobs[k:], dynamic[k:], gpu_s[k:], later
 
     def _arrivals_end(self, status: np.ndarray) -> int | None:
         """The index from which every job, and no job before it, has not arrived yet (the trace in submission
@@ -455,15 +472,19 @@ class PowerFlow(AllocationPolicy):
             least_j, least_gpu_s = self._least(rest, rem)
             span_floor_s = self._span_floor_s(view, rest, rem)
         else:
-            future, future_j, future_gpu_s, future_s = self._not_arrived(view, arrived)
-            dynamic, gpu_s = self._least_terms(rest, rem)
-            least_j, least_gpu_s = 0.0, 0.0
-            if rest.size or future.size:
-                least_j = _sum(np.concatenate([dynamic, future_j]))
-                least_gpu_s = _sum(np.concatenate([gpu_s, future_gpu_s]))
-            later = -math.inf  # the latest end of the jobs still to arrive
-            if future.size:
-                later = float((np.maximum(self.jobs.submit_s[future], view.now) + future_s).max())
+            future, future_j, future_gpu_s, later = self._not_arrived(view, arrived)
+            # Queued jobs do not progress: the same jobs queued with the same work and the same jobs to arrive
+            # give the same sums (most rounds between arrivals), kept from the last round.
+            key = (arrived, rest.tobytes(), rem.tobytes())
+            if key == self._least_key:
+                least_j, least_gpu_s = self._least_sums
+            else:
+                dynamic, gpu_s = self._least_terms(rest, rem)
+                least_j, least_gpu_s = 0.0, 0.0
+                if rest.size or future.size:
+                    least_j = _sum(np.concatenate([dynamic, future_j]))
+                    least_gpu_s = _sum(np.concatenate([gpu_s, future_gpu_s]))
+                self._least_key, self._least_sums = key, (least_j, least_gpu_s)
             span_floor_s = self._span_floor_s(view, rest, rem, later)
         return _Budget(
             queued_gpu_s=least_gpu_s,
