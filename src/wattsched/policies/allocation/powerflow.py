@@ -24,8 +24,15 @@ of its greedy, and the reconstruction) and docs/powerflow.md (every rule chosen 
 6. **Placement.** Buddy allocation with network packing (``policies/buddy.py``); a job that cannot be placed at its
    new size keeps its old placement.
 
-This file (~640 lines) stays whole: it is one policy, the steps above in the order the paper gives them, and the
+This file (~920 lines) stays whole: it is one policy, the steps above in the order the paper gives them, and the
 greedy search (``_Greedy``) that only this policy uses.
+
+Speed (BENCHMARKS.md, "powerflow's speed"): a round costs what the admitted jobs cost, not the whole trace. The
+greedy's opening priorities are computed for every admitted job at once (``_Greedy._priorities``, the same
+floating-point operations in the same order as ``_priority``, so the same values bit for bit); per (job, GPU count)
+option rows are read once into arrays; the jobs still to arrive are read once; the targets of running jobs and the
+"nothing changed" check follow the job journal (``view.job_changes``). Outputs are identical to the scalar
+version's (``benchmarks/bench_powerflow_speed.py`` checks it).
 """
 
 from __future__ import annotations
