@@ -50,10 +50,9 @@ def run_case(name: str, out: Path) -> dict:
     from wattsched.experiments.run import run_simulation
 
     jobs, budget = CASES[name]
-    policy: dict[str, object] = {"allocation": "powerflow"}
-    if budget is not None:
-        policy["energy_budget_kwh"] = budget
-    cfg = run_config(GreenConfig(max_jobs=jobs), policy)
+    cfg = run_config(GreenConfig(max_jobs=jobs), {"allocation": "powerflow"})
+    if budget is not None:  # after run_config, which sets the experiment's own budget field
+        cfg = cfg.model_copy(update={"energy_budget_kwh": budget})
     c0, t0 = time.process_time(), time.perf_counter()
     result = run_simulation(cfg, str(out))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
