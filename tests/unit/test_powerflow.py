@@ -153,6 +153,19 @@ class _StubPolicy:
     def _levels(self, job, capacity):
         return [n for n in (1, 2, 4) if n <= capacity]
 
+    def _top_gpus(self, jobs):
+        return np.full(len(jobs), 4)
+
+    def _option_rows(self, jobs, levels):
+        # rate0, dyn0, rate1, dyn1, options, restart_s: one clock option, no restart (no job is held)
+        rows = [
+            self._options_at(j, 1 << level) for j, level in zip(jobs.tolist(), levels.tolist(), strict=True)
+        ]
+        return np.array([[r[1][0], r[2][0], math.nan, math.nan, 1, 0.0] for r in rows]).reshape(-1, 6)
+
+    def _optimal_settings(self, jobs, levels):
+        return np.array([DEFAULT_SETTING] * len(jobs), dtype=object)
+
 
 def _greedy(left_j: float):
     # Job 0 scales badly (1 -> 2 GPUs: 1.05x), job 1 perfectly; 100 W per GPU; a static draw of 1,000 W paid

@@ -24,14 +24,22 @@ of its greedy, and the reconstruction) and docs/powerflow.md (every rule chosen 
 6. **Placement.** Buddy allocation with network packing (``policies/buddy.py``); a job that cannot be placed at its
    new size keeps its old placement.
 
-This file (~640 lines) stays whole: it is one policy, the steps above in the order the paper gives them, and the
+This file (~920 lines) stays whole: it is one policy, the steps above in the order the paper gives them, and the
 greedy search (``_Greedy``) that only this policy uses.
+
+Speed (BENCHMARKS.md, "powerflow's speed"): a round costs what the admitted jobs cost, not the whole trace. The
+greedy's opening priorities are computed for every admitted job at once (``_Greedy._priorities``, the same
+floating-point operations in the same order as ``_priority``, so the same values bit for bit); per (job, GPU count)
+option rows are read once into arrays; the jobs still to arrive are read once; the targets of running jobs and the
+"nothing changed" check follow the job journal (``view.job_changes``). Outputs are identical to the scalar
+version's (``benchmarks/bench_powerflow_speed.py`` checks it).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +48,14 @@ import numpy as np
 
 from ...core.gpus import gpu_model
 from ...core.settings import DEFAULT_SETTING, GpuSetting
-from ...core.states import ON, STATUS_DONE, STATUS_DROPPED, STATUS_RUNNING, STATUS_UNSCHEDULABLE
+from ...core.states import (
+    ON,
+    STATUS_DONE,
+    STATUS_DROPPED,
+    STATUS_FUTURE,
+    STATUS_RUNNING,
+    STATUS_UNSCHEDULABLE,
+)
 from ...energy.dvfs import sm_clock_range
 from ..base import PLACEMENT_POLICIES
 from ..contract import (
@@ -63,6 +78,12 @@ CLOCK_STEP = 0.1  # SM-clock grid: fractions of f_max from the GPU's lowest mode
 # dynamic part is the performance model's own, so only the static draw's forecast needs correcting), within
 # energy_budget.MULTIPLIER_BOUNDS. The budget's arithmetic (floor, energy left, refusal) is energy_budget's,
 # shared with wattsched-green.
+
+
+# The columns of PowerFlow._option_rows: per (job, GPU level), the energy-optimal clock's rate (units/s) and dynamic
+# W, the next clock's, how many clock options, the restart delay of a changed GPU count (s).
+_ROW_COLUMNS = ("rate0", "dyn0", "rate1", "dyn1", "options", "restart_s")
+RATE0, DYN0, RATE1, DYN1, OPTIONS, RESTART_S = range(len(_ROW_COLUMNS))
 
 
 @dataclass
@@ -140,14 +161,28 @@ class PowerFlow(AllocationPolicy):
             rate = self._rate(j, trace, DEFAULT_SETTING)
             self.ref_gpu_s_per_unit[j] = trace / rate if rate > 0 else 0.0
         self._fastest_rate: np.ndarray | None = None  # per job, its rate at its largest GPU count (lazily)
+        self._future: tuple[Any, ...] | None = None  # _not_arrived's terms, from the first index asked
+        self._least_key: tuple | None = (
+            None  # _round_budget's last (first not arrived, queued jobs, their work)
+        )
+        self._least_sums = (0.0, 0.0)  # and its sums
         self._least_options: tuple[np.ndarray, np.ndarray] | None = (
             None  # per job at one GPU: dynamic W, rate
         )
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
-        self._top: dict[int, int] = {}
+        self._top = np.full(n, -1, dtype=np.int64)  # per job, its largest GPU count (-1: not read yet)
+        # Per job and GPU level (2**level GPUs), what the greedy reads of every admitted job at once (lazily):
+        # the columns _ROW_* of `_rows`; `_row_known` says which are filled.
+        levels = max(int(ctx.spec.gpu_count.sum()), 1).bit_length()
+        self._rows = np.zeros((n, levels, len(_ROW_COLUMNS)))
+        self._row_known = np.zeros((n, levels), dtype=bool)
+        self._optimal = np.full((n, levels), None, dtype=object)  # the energy-optimal setting, with the rows
         self._last_signature: tuple | None = None
         self._last_left = math.nan
+        self._targets: dict[int, Target | None] = {}  # view.target of held jobs, kept while unchanged
+        self._journal_mark = -1  # position in the job journal (view.job_changes) at the last refresh
+        self._signature_mark = -1  # the journal's position when _last_signature was read
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
         gpu_jobs = ctx.jobs.num_gpu > 0
         self.last_arrival_s = float(ctx.jobs.submit_s[gpu_jobs].max()) if gpu_jobs.any() else 0.0
@@ -217,11 +252,43 @@ class PowerFlow(AllocationPolicy):
     def _idle_w(self, code: int) -> float:
         return self._idle_by_code[code]
 
+    def _top_gpus(self, jobs: np.ndarray) -> np.ndarray:
+        """Per job, its table's largest measured count (read once per job)."""
+        unknown = jobs[self._top[jobs] < 0]
+        for j in unknown.tolist():
+            self._top[j] = self.perf.max_gpus(j, int(self.codes[j]))
+        return self._top[jobs]
+
+    def _option_rows(self, jobs: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        """Per job at 2**level GPUs, the row of `_ROW_COLUMNS`: `_options_at`'s first two options (rate, dynamic
+        W; the second nan where there is one option only), how many options, and the restart delay of a changed
+        count. Filled once per (job, level), read for a whole round's jobs at once."""
+        missing = ~self._row_known[jobs, levels]
+        if missing.any():
+            for j, level in zip(jobs[missing].tolist(), levels[missing].tolist(), strict=True):
+                gpus = 1 << level
+                settings, rates, dyn = self._options_at(j, gpus)
+                more = len(settings) > 1
+                self._rows[j, level] = (
+                    rates[0],
+                    dyn[0],
+                    rates[1] if more else math.nan,
+                    dyn[1] if more else math.nan,
+                    len(settings),
+                    self.perf.restart_delay_s(j, gpus, False),
+                )
+                self._optimal[j, level] = settings[0]
+                self._row_known[j, level] = True
+        return self._rows[jobs, levels]
+
+    def _optimal_settings(self, jobs: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        """Per job at 2**level GPUs, its energy-optimal setting (`_options_at`'s first)."""
+        self._option_rows(jobs, levels)
+        return self._optimal[jobs, levels]
+
     def _levels(self, job: int, capacity: int) -> list[int]:
         """GPU counts the job may get: powers of two up to its table's largest measured count and `capacity`."""
-        top = self._top.get(job)
-        if top is None:
-            top = self._top[job] = self.perf.max_gpus(job, int(self.codes[job]))
+        top = int(self._top_gpus(np.array([job]))[0])
         top = min(top, capacity)
         levels, n = [], 1
         while n <= top:
@@ -231,29 +298,34 @@ class PowerFlow(AllocationPolicy):
 
     # --- the round --------------------------------------------------------------------------------------------
     def allocate(self, view: ClusterView) -> Decision:
-        running = view.running_jobs()
-        waiting = view.pending_jobs()
-        cpu_only = waiting[self.jobs.num_gpu[waiting] == 0]  # no GPU to size: started as they fit
-        pending = waiting[self.jobs.num_gpu[waiting] > 0]
-        if running.size == 0 and waiting.size == 0:
-            return Decision()
         # A round with the same jobs running and waiting as at the last decision, energy left within 1 % of that
         # decision's, and nothing changed in the cluster since (no GPU freed, no node booted or switched off, no
-        # setting changed) has nothing new to decide.
-        signature = (running.tobytes(), waiting.tobytes())
+        # setting changed) has nothing new to decide. With no job listed in the job journal since that decision
+        # (none arrived, started, stopped, finished, deferred...), the jobs running and waiting are the same
+        # without reading them.
+        changed, mark = view.job_changes(self._signature_mark)
+        running: np.ndarray | None = None
+        if changed is not None and not changed and self._last_signature is not None:
+            signature = self._last_signature
+        else:
+            running, waiting = view.running_jobs(), view.pending_jobs()
+            if running.size == 0 and waiting.size == 0:
+                return Decision()
+            signature = (running.tobytes(), waiting.tobytes())
         self._check_floor(view)
         self._update_multiplier(view)
         left = self._left_j(view)
         if signature == self._last_signature and _close(left, self._last_left) and not view.changes.any:
             return Decision(keep_all=True)
-        self._last_signature, self._last_left = signature, left
+        if running is None:
+            running, waiting = view.running_jobs(), view.pending_jobs()
+        self._last_signature, self._last_left, self._signature_mark = signature, left, mark
+        cpu_only = waiting[self.jobs.num_gpu[waiting] == 0]  # no GPU to size: started as they fit
+        pending = waiting[self.jobs.num_gpu[waiting] > 0]
         capacity = int(view.spec.gpu_count[view.state.available].sum())
         rem_p = view.remaining_work(pending)
-        admitted = running.tolist()
-        for j in pending[np.argsort(rem_p * self.ref_gpu_s_per_unit[pending], kind="stable")].tolist():
-            if len(admitted) >= capacity:
-                break
-            admitted.append(j)
+        by_work = pending[np.argsort(rem_p * self.ref_gpu_s_per_unit[pending], kind="stable")]
+        admitted = running.tolist() + by_work[: max(capacity - running.size, 0)].tolist()
         held = dict(zip(running.tolist(), view.held_gpus(running).tolist(), strict=True))
         remaining = dict(
             zip(admitted, view.remaining_work(np.asarray(admitted, dtype=np.int64)).tolist(), strict=True)
@@ -289,23 +361,65 @@ class PowerFlow(AllocationPolicy):
             self._static_actual_so_far_j, self._static_forecast_so_far_j, self.multiplier
         )
 
-    def _span_floor_s(self, view: ClusterView, unfinished: np.ndarray, remaining: np.ndarray) -> float:
+    def _span_floor_s(
+        self, view: ClusterView, unfinished: np.ndarray, remaining: np.ndarray, later: float = -math.inf
+    ) -> float:
         """The remaining span is never shorter than the time to the last known arrival, to the budget window's
         end, or to the earliest end of any unfinished job not admitted now (arrival, then its work at its largest
-        GPU count)."""
+        GPU count; `later`: that of jobs not among `unfinished`)."""
         until = max(self.last_arrival_s, self.budget_until_s or 0.0)
         if unfinished.size:
-            if self._fastest_rate is None:
-                capacity = int(view.spec.gpu_count.sum())
-                self._fastest_rate = np.array([
-                    self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING) if self.jobs.num_gpu[j] > 0 else 1.0
-                    for j in range(len(self.jobs))
-                ])  # fmt: skip
             starts = np.maximum(self.jobs.submit_s[unfinished], view.now)
-            until = max(until, float((starts + remaining / self._fastest_rate[unfinished]).max()))
-        return max(until - view.now, 0.0)
+            until = max(until, float((starts + remaining / self._fastest(view)[unfinished]).max()))
+        return max(max(until, later) - view.now, 0.0)
 
-    def _least(self, jobs: Sequence[int], remaining: Sequence[float]) -> tuple[float, float]:
+    def _fastest(self, view: ClusterView) -> np.ndarray:
+        """Per job, its rate at its largest GPU count (read once for the whole workload)."""
+        if self._fastest_rate is None:
+            capacity = int(view.spec.gpu_count.sum())
+            self._fastest_rate = np.array([
+                self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING) if self.jobs.num_gpu[j] > 0 else 1.0
+                for j in range(len(self.jobs))
+            ])  # fmt: skip
+        return self._fastest_rate
+
+    def _not_arrived(self, view: ClusterView, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """The GPU jobs from index `first` on, none arrived yet: (jobs, least dynamic J, least GPU-seconds, the
+        latest end: arrival, then the work at the largest GPU count, from now). A job that has not arrived has
+        made no progress, so the terms are read once (when the first of them is asked for) and sliced from then
+        on; while none of them arrives before now, the latest end is a suffix maximum."""
+        cached = self._future
+        if cached is None or first < cached[0]:
+            jobs = np.flatnonzero(self.jobs.num_gpu > 0)
+            jobs = jobs[jobs >= first]
+            remaining = view.remaining_work(jobs) if jobs.size else np.zeros(0)
+            dynamic, gpu_s = self._least_terms(jobs, remaining)
+            work_s = remaining / self._fastest(view)[jobs]
+            submit = self.jobs.submit_s[jobs]
+            # From each position to the end: the earliest arrival, and the latest arrival + work time.
+            earliest = np.minimum.accumulate(submit[::-1])[::-1]
+            latest = np.maximum.accumulate((submit + work_s)[::-1])[::-1]
+            cached = self._future = (first, jobs, dynamic, gpu_s, work_s, submit, earliest, latest)
+        _, jobs, dynamic, gpu_s, work_s, submit, earliest, latest = cached
+        k = int(np.searchsorted(jobs, first))
+        later = -math.inf
+        if k < jobs.size:
+            if earliest[k] >= view.now:  # then max(arrival, now) is the arrival for every one of them
+                later = float(latest[k])
+            else:
+                later = float((np.maximum(submit[k:], view.now) + work_s[k:]).max())
+        return jobs[k:], dynamic[k:], gpu_s[k:], later
+
+    def _arrivals_end(self, status: np.ndarray) -> int | None:
+        """The index from which every job, and no job before it, has not arrived yet (the trace in submission
+        order, the usual case); None when the jobs not arrived are not such a tail."""
+        future = status == STATUS_FUTURE
+        end = len(status) - int(np.count_nonzero(future))
+        return end if future[end:].all() else None
+
+    def _least(
+        self, jobs: Sequence[int] | np.ndarray, remaining: Sequence[float] | np.ndarray
+    ) -> tuple[float, float]:
         """(least dynamic GPU energy J, least GPU-seconds) of these jobs' remaining work: one GPU each at its
         energy-optimal clock. The per-job one-GPU options are read once for the whole workload."""
         if self._least_options is None:
@@ -318,10 +432,19 @@ class PowerFlow(AllocationPolicy):
             )
         if not len(jobs):
             return 0.0, 0.0
+        dynamic, gpu_s = self._least_terms(jobs, remaining)
+        return _sum(dynamic), _sum(gpu_s)
+
+    def _least_terms(
+        self, jobs: Sequence[int] | np.ndarray, remaining: Sequence[float] | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`_least` per job, before the sums."""
+        if self._least_options is None:
+            self._least(jobs[:0], remaining[:0])  # reads the options
+        assert self._least_options is not None
         dyn_w, rate = (a[np.asarray(jobs, dtype=np.int64)] for a in self._least_options)
         work = np.asarray(remaining, dtype=np.float64)
-        dynamic = np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0)
-        return sum(dynamic.tolist()), sum((work / rate).tolist())
+        return np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0), work / rate
 
     def _static_w(self, view: ClusterView, held: dict[int, int]) -> float:
         """Cluster power now less the running jobs' dynamic GPU power at their present settings (0 in a run
@@ -337,23 +460,46 @@ class PowerFlow(AllocationPolicy):
 
     def _round_budget(self, view: ClusterView, held: dict, left: float, admitted: set, pending) -> _Budget:
         # Every unfinished GPU job not admitted now (queued, or still to arrive) at its least dynamic energy.
-        done = np.isin(view.status, (STATUS_DONE, STATUS_DROPPED, STATUS_UNSCHEDULABLE))
-        rest = np.flatnonzero(~done & (self.jobs.num_gpu > 0))
-        rest = rest[~np.isin(rest, np.fromiter(admitted, dtype=np.int64, count=len(admitted)))]
-        rem = view.remaining_work(rest).tolist() if rest.size else []
-        queued = rest.tolist()
+        # The jobs still to arrive are usually the trace's tail: their terms are read once (_not_arrived) and
+        # only the jobs that have arrived are scanned each round; the sums run over the same terms in the same
+        # order (job index), so they are the same floats.
+        status = view.status
+        arrived = self._arrivals_end(status)
+        scan = status if arrived is None else status[:arrived]
+        done = (scan == STATUS_DONE) | (scan == STATUS_DROPPED) | (scan == STATUS_UNSCHEDULABLE)
+        unfinished = ~done & (self.jobs.num_gpu[: len(scan)] > 0)
+        unfinished[np.fromiter(admitted, dtype=np.int64, count=len(admitted))] = False
+        rest = np.flatnonzero(unfinished)
+        rem = view.remaining_work(rest) if rest.size else np.zeros(0)
         # Every node on: the static draw measured now. Idle nodes off: a node's static draw (measured on the
         # first round) per node the allocation needs; either way times the loop's correction.
         static = self._static_w(view, held) * self.multiplier if self.nodes_stay_on else 0.0
         node_static = 0.0 if self.nodes_stay_on else self.node_static_w * self.multiplier
-        least_j, least_gpu_s = self._least(queued, rem)
+        if arrived is None:
+            least_j, least_gpu_s = self._least(rest, rem)
+            span_floor_s = self._span_floor_s(view, rest, rem)
+        else:
+            future, future_j, future_gpu_s, later = self._not_arrived(view, arrived)
+            # Queued jobs do not progress: the same jobs queued with the same work and the same jobs to arrive
+            # give the same sums (most rounds between arrivals), kept from the last round.
+            key = (arrived, rest.tobytes(), rem.tobytes())
+            if key == self._least_key:
+                least_j, least_gpu_s = self._least_sums
+            else:
+                dynamic, gpu_s = self._least_terms(rest, rem)
+                least_j, least_gpu_s = 0.0, 0.0
+                if rest.size or future.size:
+                    least_j = _sum(np.concatenate([dynamic, future_j]))
+                    least_gpu_s = _sum(np.concatenate([gpu_s, future_gpu_s]))
+                self._least_key, self._least_sums = key, (least_j, least_gpu_s)
+            span_floor_s = self._span_floor_s(view, rest, rem, later)
         return _Budget(
             queued_gpu_s=least_gpu_s,
             left_j=left,
             static_w=static,
             node_static_w=node_static,
             nodes_on=int(np.count_nonzero(view.power_state == ON)),
-            span_floor_s=self._span_floor_s(view, rest, np.asarray(rem, dtype=np.float64)),
+            span_floor_s=span_floor_s,
             queued_j=least_j + node_static / self.per_node * least_gpu_s,
         )
 
@@ -392,6 +538,17 @@ class PowerFlow(AllocationPolicy):
         )
         self.floor_kwh = energy_budget.refuse_below_floor(self.budget_j, dynamic, static)
 
+    def _targets_now(self, view: ClusterView) -> dict[int, Target | None]:
+        """`view.target` of jobs read at earlier decisions, less those the job journal lists as changed since
+        (started, stopped, moved, retuned...): what a job holds changes only so (contract.ClusterView.job_changes)."""
+        changed, self._journal_mark = view.job_changes(self._journal_mark)
+        if changed is None:
+            self._targets.clear()
+        else:
+            for j in changed:
+                self._targets.pop(j, None)
+        return self._targets
+
     def _place(
         self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
     ) -> Decision:
@@ -402,7 +559,8 @@ class PowerFlow(AllocationPolicy):
             if gpus.get(j, h) != h:
                 plan.release(j)
                 moved.append(j)
-        starts = [j for j in gpus if view.status[j] != STATUS_RUNNING]
+        sized = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
+        starts = sized[view.status[sized] != STATUS_RUNNING].tolist()
         # Resized jobs before new ones, so that a start never takes the GPUs a resized job must fall back to
         # (a start taking them stopped the running job, and the two swapped places every round); within each
         # group big blocks first: buddy packs better.
@@ -421,12 +579,20 @@ class PowerFlow(AllocationPolicy):
                 n //= 2
         for j in cpu_only.tolist():
             plan.place(j, self.placement)
+        targets = self._targets_now(view)
+        assign, released = plan.assign, plan.released
         for j in held:
-            if j in plan.assign or j in plan.released:
+            if j in assign or j in released:
                 continue
-            now = view.target(j)
-            if now is not None and now.setting != setting.get(j, now.setting):
-                plan.assign[j] = Target(now.placement, now.share_milli, setting[j])
+            if j in targets:
+                now = targets[j]
+            else:
+                now = targets[j] = view.target(j)
+            if now is None:
+                continue
+            new = setting.get(j, now.setting)
+            if new is not now.setting and now.setting != new:  # the same object is equal (a field-wise ==)
+                assign[j] = Target(now.placement, now.share_milli, setting[j])
         return plan.decision(running)
 
 
@@ -478,6 +644,19 @@ class _Greedy:
             static = b.static_w * span
         return dyn_j + b.queued_j + static
 
+    def _energy_each(self, dyn_j: np.ndarray, gpus: np.ndarray, gpu_s: np.ndarray, longest_s: np.ndarray):
+        """`_energy` of many candidate allocations at once, with the same floating-point operations in the same
+        order (so the same values, bit for bit)."""
+        b = self.budget
+        if b.node_static_w > 0:
+            some = gpus > 0
+            nodes = np.where(some, np.ceil(gpus / self.p.per_node), 0.0)
+            static = b.node_static_w * nodes * np.where(some, gpu_s / np.where(some, gpus, 1.0), 0.0)
+        else:
+            spread = (gpu_s + b.queued_gpu_s) / max(self.capacity, 1)
+            static = b.static_w * np.maximum(np.maximum(b.span_floor_s, longest_s), spread)
+        return dyn_j + b.queued_j + static
+
     def _after(self, job: int, new_gpus: int, new_clock: int) -> tuple[float, tuple, float]:
         """(energy to go, aggregates, longest JCT) if the job moved to (gpus, clock)."""
         e0, g0, t0 = self.job_terms[job]
@@ -488,9 +667,25 @@ class _Greedy:
         return self._energy(agg, longest), agg, longest
 
     def _refresh_longest(self) -> None:
-        order = sorted(((t[2], j) for j, t in self.job_terms.items()), reverse=True)
-        self.longest_jct, self.longest_job = order[0] if order else (0.0, -1)
-        self.second_jct = order[1][0] if len(order) > 1 else 0.0
+        """The longest JCT (ties: the highest job id holds it) and the next one (equal on a tie)."""
+        jct = self._jct_now
+        if jct.size == 0:
+            self.longest_jct, self.longest_job, self.second_jct = 0.0, -1, 0.0
+            return
+        top = int(np.argmax(jct))
+        longest = jct[top]
+        tied = np.flatnonzero(jct == longest)
+        self.longest_jct = float(longest)
+        if tied.size > 1:
+            self.longest_job, self.second_jct = int(self._jobs[tied].max()), float(longest)
+            return
+        self.longest_job = int(self._jobs[top])
+        if jct.size == 1:
+            self.second_jct = 0.0
+            return
+        jct[top] = -math.inf
+        self.second_jct = float(jct.max())
+        jct[top] = longest
 
     def energy_to_go(self) -> float:
         return self._energy(self.agg, self.longest_jct)
@@ -526,38 +721,100 @@ class _Greedy:
 
     def _apply(self, job: int, new_gpus: int, new_clock: int) -> None:
         _, self.agg, _ = self._after(job, new_gpus, new_clock)
-        self.job_terms[job] = self._terms(job, new_gpus, new_clock)
+        terms = self.job_terms[job] = self._terms(job, new_gpus, new_clock)
         self.gpus[job], self.clock[job] = new_gpus, new_clock
+        i = self._index[job]
+        self._energy_now[i], self._gpus_now[i], self._jct_now[i] = terms
         self._refresh_longest()
+
+    def _priorities(
+        self,
+        at: np.ndarray,
+        gpus: np.ndarray,
+        rows_from: np.ndarray,
+        gpus_to: np.ndarray,
+        rows_to: np.ndarray,
+        to_clock: int,
+    ) -> np.ndarray:
+        """`_priority` of jobs `self._jobs[at]` from (`gpus`, clock 0) to (`gpus_to`, `to_clock`), all at once and
+        bit for bit: the rows are `_option_rows` at the two GPU counts."""
+        rate_col, dyn_col = (RATE0, DYN0) if to_clock == 0 else (RATE1, DYN1)
+        remaining = self._remaining[at]
+        held = self._held[at]
+        delay_from = np.where(self._is_held[at] & (held != gpus), rows_from[:, RESTART_S], 0.0)
+        delay_to = np.where(self._is_held[at] & (held != gpus_to), rows_to[:, RESTART_S], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jct = delay_from + remaining / rows_from[:, RATE0]
+            jct2 = delay_to + remaining / rows_to[:, rate_col]
+            gain = jct - jct2
+            e = self.energy_to_go()
+            e0, g0, t0 = self._energy_now[at], self._gpus_now[at], self._jct_now[at]
+            e1 = remaining * rows_to[:, dyn_col] / rows_to[:, rate_col]
+            g1 = gpus_to.astype(np.float64)
+            dyn_j, all_gpus, gpu_s = self.agg
+            others = np.where(self._jobs[at] == self.longest_job, self.second_jct, self.longest_jct)
+            e2 = self._energy_each(
+                dyn_j - e0 + e1, all_gpus - g0 + g1, gpu_s - g0 * t0 + g1 * jct2, np.maximum(jct2, others)
+            )
+            ratio = (gain / jct) / ((e2 - e) / e)
+        saves = (e2 - e <= 0) | (e <= 0)
+        return np.where((gain <= 0) | (jct <= 0), -math.inf, np.where(saves, math.inf, ratio))
 
     def run(self, admitted: list[int], budget: _Budget) -> None:
         p = self.p
         self.budget = budget
-        levels = {j: p._levels(j, self.capacity) for j in admitted}
-        for j in admitted:
-            # A running job starts from what it holds (rounded down to a power of two), so that the greedy does
-            # not rebuild, and restart, every job each round; a pending job from one GPU.
-            held = self.held.get(j, 1)
-            self.gpus[j] = max([n for n in levels[j] if n <= held] or [1])
-            self.clock[j] = 0
+        jobs = self._jobs = np.asarray(admitted, dtype=np.int64)
+        self._index = {j: i for i, j in enumerate(admitted)}
+        # GPU counts a job may get: powers of two up to min(its largest measured count, capacity), at least 1.
+        top = np.minimum(p._top_gpus(jobs), self.capacity)
+        self._top = dict(zip(admitted, top.tolist(), strict=True))
+        self._is_held = np.array([j in self.held for j in admitted], dtype=bool)
+        self._held = np.array([self.held.get(j, 0) for j in admitted], dtype=np.int64)
+        self._remaining = np.array([self.remaining[j] for j in admitted], dtype=np.float64)
+        # A running job starts from what it holds (rounded down to a power of two), so that the greedy does not
+        # rebuild, and restart, every job each round; a pending job from one GPU.
+        start = np.where(self._is_held, self._held, 1)
+        gpus = _floor_power_of_two(np.maximum(np.minimum(start, top), 1))
         # Too many for the GPUs (newcomers admitted): halve the largest jobs until everyone fits.
-        while sum(self.gpus.values()) > self.capacity:
-            big = max(self.gpus, key=lambda k: (self.gpus[k], k))
-            if self.gpus[big] == 1:
+        total = int(gpus.sum())
+        while total > self.capacity and gpus.size:
+            largest = int(gpus.max())
+            if largest == 1:
                 break
-            self.gpus[big] //= 2
-        self.job_terms = {j: self._terms(j, self.gpus[j], 0) for j in admitted}
-        terms = self.job_terms.values()
-        self.agg = (sum(t[0] for t in terms), sum(t[1] for t in terms), sum(t[1] * t[2] for t in terms))
+            ties = np.flatnonzero(gpus == largest)
+            big = int(ties[np.argmax(jobs[ties])])  # ties: the highest job id
+            gpus[big] //= 2
+            total -= largest // 2
+        self.gpus = dict(zip(admitted, gpus.tolist(), strict=True))
+        self.clock = dict.fromkeys(admitted, 0)
+        rows = p._option_rows(jobs, _level(gpus))
+        delay = np.where(self._is_held & (self._held != gpus), rows[:, RESTART_S], 0.0)
+        self._jct_now = delay + self._remaining / rows[:, RATE0]
+        self._energy_now = self._remaining * rows[:, DYN0] / rows[:, RATE0]
+        self._gpus_now = gpus.astype(np.float64)
+        self.job_terms = dict(
+            zip(
+                admitted,
+                zip(self._energy_now.tolist(), self._gpus_now.tolist(), self._jct_now.tolist(), strict=True),
+                strict=True,
+            )
+        )
+        self.agg = (
+            sum(self._energy_now.tolist()),
+            sum(self._gpus_now.tolist()),
+            sum((self._gpus_now * self._jct_now).tolist()),
+        )
         self._refresh_longest()
-        left = self.capacity - sum(self.gpus.values())
-        heap = [(-self._priority(j, self.gpus[j], 0, 2 * self.gpus[j], 0), j) for j in admitted
-                if 2 * self.gpus[j] in levels[j]]  # fmt: skip
+        left = self.capacity - total
+        can = np.flatnonzero(2 * gpus <= top)
+        rows_to = p._option_rows(jobs[can], _level(gpus[can]) + 1)
+        priority = self._priorities(can, gpus[can], rows[can], 2 * gpus[can], rows_to, 0)
+        heap = list(zip((-priority).tolist(), jobs[can].tolist(), strict=True))
         heapq.heapify(heap)
         while heap:
             neg, j = heapq.heappop(heap)
-            if -neg == -math.inf:
-                break
+            if -neg == -math.inf or left < 1:
+                break  # nothing left to gain, or no GPU left to double into
             a = self.gpus[j]
             if a > left:
                 continue  # cannot double; smaller jobs may still grow
@@ -565,11 +822,14 @@ class _Greedy:
                 continue
             self._apply(j, 2 * a, 0)
             left -= a
-            if 4 * a in levels[j]:
+            if 4 * a <= self._top[j]:
                 heapq.heappush(heap, (-self._priority(j, 2 * a, 0, 4 * a, 0), j))
         # Clocks up with what the budget leaves.
-        heap = [(-self._priority(j, self.gpus[j], 0, self.gpus[j], 1), j) for j in admitted
-                if len(p._options_at(j, self.gpus[j])[0]) > 1]  # fmt: skip
+        gpus = np.array([self.gpus[j] for j in admitted], dtype=np.int64)
+        rows = p._option_rows(jobs, _level(gpus))
+        can = np.flatnonzero(rows[:, OPTIONS] > 1)
+        priority = self._priorities(can, gpus[can], rows[can], gpus[can], rows[can], 1)
+        heap = list(zip((-priority).tolist(), jobs[can].tolist(), strict=True))
         heapq.heapify(heap)
         while heap:
             neg, j = heapq.heappop(heap)
@@ -582,8 +842,11 @@ class _Greedy:
             if c + 2 < len(p._options_at(j, a)[0]):
                 heapq.heappush(heap, (-self._priority(j, a, c + 1, a, c + 2), j))
         self._cut(admitted)
-        for j in admitted:
-            self.setting[j] = p._options_at(j, self.gpus[j])[0][self.clock[j]]
+        gpus = np.array([self.gpus[j] for j in admitted], dtype=np.int64)
+        self.setting = dict(zip(admitted, p._optimal_settings(jobs, _level(gpus)).tolist(), strict=True))
+        for j, c in self.clock.items():
+            if c:
+                self.setting[j] = p._options_at(j, self.gpus[j])[0][c]
 
     def _cut(self, admitted: list[int]) -> None:
         """Still above what is left after every step that saves energy: clocks back to the energy-optimal ones
@@ -616,6 +879,25 @@ class _Greedy:
             if best is None:
                 break
             self._apply(*best)
+
+
+def _sum(values: np.ndarray) -> float:
+    """``sum(values.tolist())`` without the list: Python's sum of floats adds left to right before 3.12, as
+    np.cumsum does (compensated from 3.12 on: then the list). The + 0.0 makes a sum of negative zeros 0.0, as
+    sum's start 0 does."""
+    if sys.version_info >= (3, 12):
+        return sum(values.tolist())
+    return float(np.cumsum(values)[-1]) + 0.0 if values.size else 0
+
+
+def _floor_power_of_two(n: np.ndarray) -> np.ndarray:
+    """The largest power of two at most each n (n >= 1)."""
+    return np.left_shift(1, _level(n)).astype(np.int64)
+
+
+def _level(n: np.ndarray) -> np.ndarray:
+    """floor(log2 n) of integers n >= 1, exactly (frexp: n = m * 2**e with 0.5 <= m < 1)."""
+    return (np.frexp(np.asarray(n, dtype=np.float64))[1] - 1).astype(np.int64)
 
 
 def _close(a: float, b: float) -> bool:
