@@ -401,3 +401,35 @@ def test_experiment_refuses_an_unknown_seed(market):
 
     with pytest.raises(UnknownNameError, match="nosuch"):
         Green().grid(GreenConfig(workload=str(market / "jobs.csv"), compared=["nosuch"]))
+
+
+def _urgent_wide_run(tmp_path, deadline_slack: float):
+    """5 nodes x 4 V100, each holding a long 3-GPU job; then a 5-GPU job (wider than a node) of 10 minutes: 5 GPUs
+    are free, one on each node, and no whole node."""
+    require_real_file("gavel-traces", "simulation_throughputs.json")  # the policy reads the throughput tables
+    write_day_night_market(tmp_path)
+    (tmp_path / "c.yaml").write_text(
+        "name: five\nnode_groups:\n  - count: 5\n    gpus: 4\n    gpu_model: V100\n    cpu_milli: 64000\n"
+        "    memory_mib: 524288\n"
+    )
+    rows = ["job_id,submit_time,duration,num_gpu"]
+    rows += [f"long{i},{i},{20 * 3600},3" for i in range(5)]
+    rows += ["wide,600,600,5"]
+    (tmp_path / "jobs.csv").write_text("\n".join(rows) + "\n")
+    cfg = SimulationConfig(
+        workload=str(tmp_path / "jobs.csv"), cluster=str(tmp_path / "c.yaml"), price_csv=str(tmp_path / "p.csv"),
+        year=2023, allocation="wattsched-green-no-right-sizing-no-shrink-no-regrow-no-gpus", power_model="dvfs",
+        deadline_slack=deadline_slack,
+    )  # fmt: skip
+    jobs = run_simulation(cfg, None).jobs.set_index("job_id")
+    return jobs.loc["wide"]
+
+
+def test_a_wide_job_whose_deadline_cannot_wait_takes_gpus_across_nodes(tmp_path):
+    urgent = _urgent_wide_run(tmp_path, deadline_slack=2.0)  # 20 min of slack: less than an hour
+    assert urgent["start_s"] == pytest.approx(600.0)  # started at once, on free GPUs of several nodes
+    assert len({p.split(":")[0] for p in urgent["placement"].split(";")}) == 5
+    patient = _urgent_wide_run(tmp_path, deadline_slack=100.0)  # 16 h of slack: it waits until it is urgent
+    assert patient["start_s"] > 3600.0
+    # slower across nodes (here it runs past its deadline), but it ends long before whole nodes free up
+    assert urgent["end_s"] < patient["start_s"]

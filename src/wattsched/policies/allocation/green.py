@@ -515,8 +515,13 @@ class WattschedGreen(AllocationPolicy):
                         starts.append(job)
                         continue
             found = plan.place(job, self._placement_for(int(self.gpus[job])))
-            if found is None and self.service[job] and self.gpus[job] > self.gpus_per_node:
-                # A service must not wait: without whole nodes free it takes GPUs wherever they are.
+            if (
+                found is None
+                and self.gpus[job] > self.gpus_per_node
+                and self._cannot_wait(job, now, left_of[job])
+            ):
+                # A service, or a job whose deadline cannot wait: without whole nodes free it takes GPUs wherever
+                # they are (slower across nodes, but started).
                 found = plan.place(job, self.placement)
             if found is None and self.on("colocate") and not self.service[job]:
                 if hosts is None:
@@ -571,6 +576,10 @@ class WattschedGreen(AllocationPolicy):
         if due is None:
             return wake
         return due if wake is None else min(wake, due)
+
+    def _cannot_wait(self, job: int, now: float, seconds_left: float) -> bool:
+        """A service, or a training job whose deadline leaves less than `URGENT_SLACK_S` of slack."""
+        return bool(self.service[job]) or self._slack_s(job, now, seconds_left) < URGENT_SLACK_S
 
     def _contended(self, plan: Plan, waiting: list[int]) -> bool:
         """Whether the jobs left waiting ask for more GPUs than are free on every node, powered or not."""
