@@ -79,11 +79,14 @@ EXPERIMENT = ["experiment", "powerflow", "--workload", "pollux/workload-1", "--c
               "--baselines", "fifo,optimus-greedy", "--budget-points", "3", "--workers", "1", "--quiet",
               "--no-plots"]  # fmt: skip
 WALL_LINES = ("Ran ", "- **Wall time", "- whole experiment under")  # summary.md lines that time the runs
+WALL_WORDS = (
+    "summed over runs"  # eaco's summary.md: the line of the runs' summed seconds and the load average
+)
 
 
 def _without_wall_times(path: Path) -> str:
     """A file of the experiment's output as compared: CSVs without wall_s columns, summary.md without the lines
-    and the section that time the runs."""
+    and the section that time the runs (and eaco's line of the runs' summed seconds and the machine's load)."""
     if path.suffix == ".csv":
         import pandas as pd
 
@@ -94,7 +97,7 @@ def _without_wall_times(path: Path) -> str:
         for line in path.read_text().splitlines():
             if line.startswith("## "):
                 skipping = line.startswith("## Mean wall time")
-            if not skipping and not line.startswith(WALL_LINES):
+            if not skipping and not line.startswith(WALL_LINES) and WALL_WORDS not in line:
                 kept.append(line)
         return "\n".join(kept)
     return path.read_bytes().hex()

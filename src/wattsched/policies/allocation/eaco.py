@@ -245,8 +245,11 @@ class EaCO(AllocationPolicy):
                 sets.setdefault(key, []).append(j)
                 where[key] = placement
         requeue = self._observe(view, plan, sets)
-        # Sets a newcomer may still join, by GPU count (the thresholds are checked once here, and on each join).
-        self._open: dict[int, dict[tuple, tuple[float, float]]] = {}  # size -> set -> (load, memory)
+        # Sets a newcomer may still join, by GPU count and GPU type (a set's jobs share its GPUs' type); the
+        # thresholds are checked once here, and on each join.
+        self._open: dict[
+            tuple[int, int], dict[tuple, tuple[float, float]]
+        ] = {}  # (size, code) -> set -> sums
         for key in sets:
             self._update_open(key, sets[key])
         if requeue:
@@ -297,14 +300,19 @@ class EaCO(AllocationPolicy):
         return self._shape[jobs]
 
     def _update_open(self, key: tuple, group: list[int]) -> None:
-        """Keep `_open` (size -> open set -> (summed load, summed memory)) current for one set."""
+        """Keep `_open` ((size, GPU code) -> open set -> (summed load, summed memory)) current for one set."""
         members = tuple(group)
         sums = self._set_sums.get(key)
         if sums is None or sums[0] != members:
             sums = self._set_sums[key] = (members, gpu_set_size(key), *self._thresholds(group))
         _, size, util, mem, over = sums
-        bucket = self._open.setdefault(size, {})
-        if over or not group or len(group) >= self.max_jobs or not self.solo_only.isdisjoint(group):
+        if not group:  # no code to file it under: out of every bucket of its size
+            for (bucket_size, _), bucket in self._open.items():
+                if bucket_size == size:
+                    bucket.pop(key, None)
+            return
+        bucket = self._open.setdefault((size, self._code_of[group[0]]), {})
+        if over or len(group) >= self.max_jobs or not self.solo_only.isdisjoint(group):
             bucket.pop(key, None)
         else:
             bucket[key] = (util, mem)
@@ -378,7 +386,6 @@ class EaCO(AllocationPolicy):
         best = None  # (objective, -utilisation, key, placement)
         state = plan.state
         gpu_left = state.gpu_left
-        code_of = self._code_of
         # Nodes that could hold the whole CPU and memory request: a set on one such node fits it (one node holds it
         # all), a set on one other node does not; sets over several nodes split it (`_cpu_memory_free`).
         node_fits = (
@@ -389,9 +396,8 @@ class EaCO(AllocationPolicy):
             else None
         )
         shareable = job not in self.solo_only
-        for key, (util, mem) in (self._open.get(n, {}) if shareable else {}).items():
-            group = sets[key]
-            if mem + mem_new > mem_cap or not req_mask[key[0][0]] or code_of[group[0]] != code:
+        for key, (util, mem) in (self._open.get((n, code), {}) if shareable else {}).items():
+            if mem + mem_new > mem_cap or not req_mask[key[0][0]]:
                 continue
             if node_fits is not None:
                 if len(key) == 1:
@@ -402,6 +408,7 @@ class EaCO(AllocationPolicy):
             if any(gpu_left[node, g] < SHARE for node, gpus in key for g in gpus):
                 continue
             placement = where[key]
+            group = sets[key]
             objective = self._objective(view, job, group, key, gpu)
             if objective is None:
                 continue
