@@ -46,7 +46,8 @@ CASES: dict[str, tuple[int, float | None]] = {
     "3000": (3000, None),
     "7033": (7033, None),
     "3000-budget": (3000, 33_000.0),
-    "30437": (30437, None),  # about a month of Philly (eaco alone: ~20 min before issue 30's speed-up)
+    "30437": (30437, None),  # six weeks of Philly (eaco alone: ~20 min before issue 30's speed-up)
+    "75196": (75196, None),  # three months: issue 30's window
 }
 POLICIES = ("powerflow", "eaco")
 DEFAULT_CASES = {"powerflow": ["3000", "7033", "3000-budget"], "eaco": ["3000", "7033"]}

@@ -50,7 +50,6 @@ MAX_JOBS_PER_GPU = 4  # the paper measures sets of up to four jobs
 JCT_BOUND = 1.10  # run time against alone, for jobs without a deadline (docs/eaco.md §3)
 EPOCH_S = 1440.0  # the observation window: EaCO's Table 1 epochs take 0.39-0.40 h (docs/eaco.md §3)
 SHARE = MILLI // MAX_JOBS_PER_GPU
-_UNREAD = object()  # a running job whose hold `_held` has not read yet
 
 
 def _basis(alpha: float, util: float, memory: float, jct_bound: float, epoch_s: float, max_jobs: int) -> str:
@@ -231,15 +230,14 @@ class EaCO(AllocationPolicy):
         where: dict[tuple, tuple] = {}
         held_now = self._held_now(view)
         for j in running.tolist():
-            held = held_now.get(j, _UNREAD)
-            if held is _UNREAD:
+            if j not in held_now:
                 target = view.target(j)
-                held = (
+                held_now[j] = (
                     (gpu_set(target.placement), target.placement)
                     if target is not None and target.num_gpus > 0
                     else None
                 )
-                held_now[j] = held
+            held = held_now[j]
             if held is not None:
                 key, placement = held
                 sets.setdefault(key, []).append(j)
