@@ -3,6 +3,7 @@ fit of a GPU set without building its placement, and the GPU sets kept from the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -78,8 +79,6 @@ def test_gpu_sets_kept_from_the_job_journal_are_what_fresh_reads_give(gavel_dir)
     jobs = _jobs(
         models, submit, list(rng.choice([1, 2, 4, 8], size=n)), 4 * 3600.0, submit + 4 * 3600.0 * 1.3
     )
-    from dataclasses import replace
-
     jobs = replace(jobs, cpu_milli=rng.choice([4_000, 16_000, 40_000], size=n).astype(jobs.cpu_milli.dtype))
     runs = [_run(jobs, 4, gavel_dir, noise=0.5, seed=11, policy=cls()) for cls in (EaCO, _FreshReads)]
     (_, kept, kept_policy), (_, fresh, fresh_policy) = runs
