@@ -249,11 +249,9 @@ class EaCO(AllocationPolicy):
                 sets.setdefault(key, []).append(j)
                 where[key] = placement
         requeue = self._observe(view, plan, sets)
-        # Sets a newcomer may still join, by GPU count and GPU type (a set's jobs share its GPUs' type); the
-        # thresholds are checked once here, and on each join.
-        self._open: dict[
-            tuple[int, int], dict[tuple, tuple[float, float]]
-        ] = {}  # (size, code) -> set -> sums
+        # Sets a newcomer may still join, by GPU count and GPU type (a set's jobs share its GPUs' type): (size,
+        # code) -> set -> (summed load, summed memory). The thresholds are checked once here, and on each join.
+        self._open: dict[tuple[int, int], dict[tuple, tuple[float, float]]] = {}
         for key in sets:
             self._update_open(key, sets[key])
         if requeue:
