@@ -1,4 +1,5 @@
-"""PowerFlow's speed on the green experiment's job model, before and after a change, with identical outputs.
+"""PowerFlow's and EaCO's speed on the green experiment's job model, before and after a change, with identical
+outputs.
 
 Issue 30 asks for the whole `wattsched experiment green` on a 3-month Philly window within 30 minutes on 2
 cores; powerflow's run was most of it. Each case is one powerflow run as the experiment configures it
@@ -15,8 +16,12 @@ experiment (``wattsched experiment powerflow`` on Pollux workload-1, both power 
 steps, cuts and the static multiplier) with both trees and compares every output file, less what times the runs
 (``wall_s`` columns, the summary's wall-time lines and section).
 
+``--policy eaco`` does the same for EaCO (its run grew with about the 1.45 power of the job count): the cases are
+the green experiment's eaco runs, and the experiment compared is ``wattsched experiment eaco`` on a small
+generated trace and the fixture Gavel throughputs (both cluster sizes, EaCO against FIFO).
+
     WATTSCHED_DATA=../shared/data python benchmarks/bench_powerflow_speed.py --baseline-src /tmp/pf-base/src \
-        [--case 3000] [--case 7033] [--case 3000-budget] [--repeats 2]
+        [--policy powerflow|eaco] [--case 3000] [--case 7033] [--case 3000-budget] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -41,16 +46,20 @@ CASES: dict[str, tuple[int, float | None]] = {
     "3000": (3000, None),
     "7033": (7033, None),
     "3000-budget": (3000, 33_000.0),
+    "30437": (30437, None),  # six weeks of Philly (eaco alone: ~20 min before issue 30's speed-up)
+    "75196": (75196, None),  # three months: issue 30's window
 }
+POLICIES = ("powerflow", "eaco")
+DEFAULT_CASES = {"powerflow": ["3000", "7033", "3000-budget"], "eaco": ["3000", "7033"]}
 
 
-def run_case(name: str, out: Path) -> dict:
-    """One powerflow run of the green experiment's job model, in this process, into `out`."""
+def run_case(name: str, out: Path, policy: str = "powerflow") -> dict:
+    """One run of `policy` on the green experiment's job model, in this process, into `out`."""
     from wattsched.experiments.green import GreenConfig, run_config
     from wattsched.experiments.run import run_simulation
 
     jobs, budget = CASES[name]
-    cfg = run_config(GreenConfig(max_jobs=jobs), {"allocation": "powerflow"})
+    cfg = run_config(GreenConfig(max_jobs=jobs), {"allocation": policy})
     if budget is not None:  # after run_config, which sets the experiment's own budget field
         cfg = cfg.model_copy(update={"energy_budget_kwh": budget})
     c0, t0 = time.process_time(), time.perf_counter()
@@ -71,11 +80,14 @@ EXPERIMENT = ["experiment", "powerflow", "--workload", "pollux/workload-1", "--c
               "--baselines", "fifo,optimus-greedy", "--budget-points", "3", "--workers", "1", "--quiet",
               "--no-plots"]  # fmt: skip
 WALL_LINES = ("Ran ", "- **Wall time", "- whole experiment under")  # summary.md lines that time the runs
+WALL_WORDS = (
+    "summed over runs"  # eaco's summary.md: the line of the runs' summed seconds and the load average
+)
 
 
 def _without_wall_times(path: Path) -> str:
     """A file of the experiment's output as compared: CSVs without wall_s columns, summary.md without the lines
-    and the section that time the runs."""
+    and the section that time the runs (and eaco's line of the runs' summed seconds and the machine's load)."""
     if path.suffix == ".csv":
         import pandas as pd
 
@@ -86,31 +98,68 @@ def _without_wall_times(path: Path) -> str:
         for line in path.read_text().splitlines():
             if line.startswith("## "):
                 skipping = line.startswith("## Mean wall time")
-            if not skipping and not line.startswith(WALL_LINES):
+            if not skipping and not line.startswith(WALL_LINES) and WALL_WORDS not in line:
                 kept.append(line)
         return "\n".join(kept)
     return path.read_bytes().hex()
 
 
-def experiment_differences(baseline_src: Path, tmp: Path) -> list[str]:
-    """Run powerflow's own experiment with both trees; the output files that differ (less wall times)."""
+def _eaco_trace(path: Path, n: int = 60) -> Path:
+    """A small Philly-like trace of the models the fixture Gavel throughputs hold (seeded: the same each time)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(30)
+    pd.DataFrame(
+        {
+            "job_id": [f"j{i}" for i in range(n)],
+            "submit_time": np.sort(rng.uniform(0, 4 * 3600, n)).round(1),
+            "duration": rng.uniform(1800, 6 * 3600, n).round(1),
+            "num_gpu": rng.choice([1, 2, 4, 8], size=n),
+            "model_name": rng.choice(["A3C", "Alpha"], size=n),
+        }
+    ).to_csv(path, index=False)
+    return path
+
+
+def _eaco_experiment(tmp: Path) -> list[str]:
+    """EaCO's own experiment, small: both cluster sizes, EaCO against FIFO, on a generated trace."""
+    fixtures = OWN_SRC.parent / "tests" / "fixtures" / "data"
+    trace = _eaco_trace(tmp / "eaco-jobs.csv")
+    return ["experiment", "eaco", "--nodes", "28,64", "--seeds", "1", "--workload", str(trace), "--max-jobs",
+            "0", "--policies", "eaco,fifo", "--workers", "1", "--data-dir", str(fixtures), "--quiet",
+            "--no-plots"]  # fmt: skip
+
+
+def experiment_differences(baseline_src: Path, tmp: Path, policy: str = "powerflow") -> list[str]:
+    """Run the policy's own experiment with both trees; the output files that differ (less wall times)."""
     outs = []
+    args = EXPERIMENT if policy == "powerflow" else _eaco_experiment(tmp)
     for tag, src in (("before", baseline_src), ("this", OWN_SRC)):
         out = tmp / f"experiment-{tag}"
         env = {**os.environ, "PYTHONPATH": str(src)}
-        cmd = [sys.executable, "-m", "wattsched", *EXPERIMENT, "--out", str(out)]
+        cmd = [sys.executable, "-m", "wattsched", *args, "--out", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         if proc.returncode != 0:
-            raise SystemExit(f"experiment powerflow ({src}): {proc.stderr.strip()[-2000:]}")
+            raise SystemExit(f"experiment {policy} ({src}): {proc.stderr.strip()[-2000:]}")
         outs.append(out)
     names = sorted({str(p.relative_to(o)) for o in outs for p in o.rglob("*") if p.is_file()})
     return [n for n in names if not all((o / n).exists() for o in outs)
             or _without_wall_times(outs[0] / n) != _without_wall_times(outs[1] / n)]  # fmt: skip
 
 
-def _child(name: str, src: Path, out: Path) -> dict:
+def _child(name: str, src: Path, out: Path, policy: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        name,
+        "--out",
+        str(out),
+        "--policy",
+        policy,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no output"
@@ -123,7 +172,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=2, help="runs of each case and tree; the best counts")
-    parser.add_argument("--case", action="append", choices=sorted(CASES), help="only these (default: all)")
+    parser.add_argument("--policy", choices=POLICIES, default="powerflow", help="the policy timed")
+    parser.add_argument(
+        "--case", action="append", choices=sorted(CASES), help="only these (default: the policy's usual ones)"
+    )
     parser.add_argument(
         "--baseline-src",
         type=Path,
@@ -134,9 +186,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_case(args.child, args.out)))
+        print(json.dumps(run_case(args.child, args.out, args.policy)))
         return
-    names = args.case or list(CASES)
+    names = args.case or DEFAULT_CASES[args.policy]
     trees = {"this": OWN_SRC} | ({"before": args.baseline_src} if args.baseline_src else {})
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, python {platform.python_version()}")
     calibrations = [time_calibration()]
@@ -147,10 +199,10 @@ def main() -> None:
             for rep in range(args.repeats):
                 for tag, src in trees.items():  # alternate the trees
                     out = Path(tmp) / name / tag / str(rep)
-                    res = _child(name, src, out)
+                    res = _child(name, src, out, args.policy)
                     calibrations.append(time_calibration())
-                    print(f"  {name:12s} run {rep + 1} {tag:6s} wall {res['wall_s']:8.2f} s  cpu {res['cpu_s']:8.2f} s",
-                          flush=True)  # fmt: skip
+                    print(f"  {args.policy} {name:12s} run {rep + 1} {tag:6s} wall {res['wall_s']:8.2f} s  "
+                          f"cpu {res['cpu_s']:8.2f} s", flush=True)  # fmt: skip
                     if tag not in best or res["cpu_s"] < best[tag]["cpu_s"]:
                         best[tag] = res | {"wall_s": min(res["wall_s"], best.get(tag, res)["wall_s"])}
             calib = min(calibrations)
@@ -171,8 +223,12 @@ def main() -> None:
                 )
                 failed |= bool(diff)
         if args.baseline_src:
-            diff = experiment_differences(args.baseline_src, Path(tmp))
-            print("experiment powerflow (pollux/workload-1, budgets, both power managers): outputs "
+            diff = experiment_differences(args.baseline_src, Path(tmp), args.policy)
+            what = {
+                "powerflow": "pollux/workload-1, budgets, both power managers",
+                "eaco": "28 and 64 nodes, fifo",
+            }
+            print(f"experiment {args.policy} ({what[args.policy]}): outputs "
                   + ("identical (less wall times)" if not diff else "DIFFERENT: " + ", ".join(diff)))  # fmt: skip
             failed |= bool(diff)
     print(f"calibration loop: {min(calibrations):.3f} s (best of {len(calibrations)})")

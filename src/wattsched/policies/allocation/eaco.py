@@ -18,6 +18,12 @@ Every decision (arrivals, completions, observation ends, rounds):
 
 What the paper leaves open (alpha, both thresholds, the epoch length, the JCT bound of jobs without a deadline,
 the most jobs per GPU) is reconstructed: parameters below, reported in summary.json.
+
+Cost (issue 30: the 3-month Philly window): each running job's GPU set is read from the view once and again only
+when the job journal (``view.job_changes``) lists the job; a set's summed load and memory are summed again only when
+its jobs change; open sets are filed by GPU count and type; the CPU and memory check of a candidate on one node is
+one array lookup (every node's fit to the whole request at once). The same decisions as reading everything afresh,
+in the same order (BENCHMARKS.md, "eaco's speed").
 """
 
 from __future__ import annotations
@@ -129,6 +135,18 @@ class EaCO(AllocationPolicy):
         self.model = [f"{self.perf.model_key(j)}@{self.perf.batch[j]:g}" for j in range(n)]
         self.load = np.array([self.perf.slicing_utilisation(j) for j in range(n)])  # alone: engine's load
         self.memory = np.array([self.perf.memory_gib(j) for j in range(n)])
+        # The same values as Python floats, read per job in the hot loops (summed in the same order: same sums).
+        self._load_of: list[float] = self.load.tolist()
+        self._memory_of: list[float] = self.memory.tolist()
+        self._code_of: list[int] = self.codes.tolist()
+        self._memory_cap = [gpu_model(m).memory_gib for m in self.spec.gpu_models]  # by GPU code
+        # GPU set -> (its jobs, size, summed load, summed memory, over a threshold): `_update_open` sums a set's
+        # jobs again only when they changed.
+        self._set_sums: dict[tuple, tuple[tuple[int, ...], int, float, float, bool]] = {}
+        # What each running job holds, as (GPU set key, placement), or None for no GPUs: read from the view once
+        # and dropped when the job journal (view.job_changes) lists the job, so a decision reads what changed.
+        self._held: dict[int, tuple[tuple, Any] | None] = {}
+        self._journal_mark = -1
         self._settled = False  # the last decision changed nothing: it stands until the cluster changes
         self._shape = np.full(n, -1, dtype=np.int64)
         self._shape_ids: dict[tuple, int] = {}
@@ -216,15 +234,24 @@ class EaCO(AllocationPolicy):
         # GPU sets in use: set -> jobs on it (running now, then as planned this decision).
         sets: dict[tuple, list[int]] = {}
         where: dict[tuple, tuple] = {}
+        held_now = self._held_now(view)
         for j in running.tolist():
-            target = view.target(j)
-            if target is not None and target.num_gpus > 0:
-                key = gpu_set(target.placement)
+            if j not in held_now:
+                target = view.target(j)
+                held_now[j] = (
+                    (gpu_set(target.placement), target.placement)
+                    if target is not None and target.num_gpus > 0
+                    else None
+                )
+            held = held_now[j]
+            if held is not None:
+                key, placement = held
                 sets.setdefault(key, []).append(j)
-                where[key] = target.placement
+                where[key] = placement
         requeue = self._observe(view, plan, sets)
-        # Sets a newcomer may still join, by GPU count (the thresholds are checked once here, and on each join).
-        self._open: dict[int, dict[tuple, tuple[float, float]]] = {}  # size -> set -> (load, memory)
+        # Sets a newcomer may still join, by GPU count and GPU type (a set's jobs share its GPUs' type): (size,
+        # code) -> set -> (summed load, summed memory). The thresholds are checked once here, and on each join.
+        self._open: dict[tuple[int, int], dict[tuple, tuple[float, float]]] = {}
         for key in sets:
             self._update_open(key, sets[key])
         if requeue:
@@ -253,6 +280,16 @@ class EaCO(AllocationPolicy):
         self._settled = not (decision.assign or plan.released)
         return decision
 
+    def _held_now(self, view: ClusterView) -> dict[int, tuple[tuple, Any] | None]:
+        """`_held` brought up to date: the jobs the journal lists since the last read are read afresh."""
+        changed, self._journal_mark = view.job_changes(self._journal_mark)
+        if changed is None:
+            self._held.clear()
+        else:
+            for j in changed:
+                self._held.pop(j, None)
+        return self._held
+
     def _shapes(self, view: ClusterView, jobs: np.ndarray) -> np.ndarray:
         """A shape id per job (cached): equal ids fail or succeed alike at one point of a decision."""
         unknown = jobs[self._shape[jobs] < 0]
@@ -265,18 +302,32 @@ class EaCO(AllocationPolicy):
         return self._shape[jobs]
 
     def _update_open(self, key: tuple, group: list[int]) -> None:
-        """Keep `_open` (size -> open set -> (summed load, summed memory)) current for one set."""
-        bucket = self._open.setdefault(gpu_set_size(key), {})
-        if not group or len(group) >= self.max_jobs or not self.solo_only.isdisjoint(group):
-            bucket.pop(key, None)
+        """Keep `_open` ((size, GPU code) -> open set -> (summed load, summed memory)) current for one set."""
+        members = tuple(group)
+        sums = self._set_sums.get(key)
+        if sums is None or sums[0] != members:
+            sums = self._set_sums[key] = (members, gpu_set_size(key), *self._thresholds(group))
+        _, size, util, mem, over = sums
+        if not group:  # no code to file it under: out of every bucket of its size
+            for (bucket_size, _), bucket in self._open.items():
+                if bucket_size == size:
+                    bucket.pop(key, None)
             return
-        cap = gpu_model(self.spec.gpu_models[int(self.codes[group[0]])]).memory_gib
-        util = sum(float(self.load[k]) for k in group)
-        mem = sum(float(self.memory[k]) for k in group)
-        if util > self.util_threshold or mem > self.memory_threshold * cap:
+        bucket = self._open.setdefault((size, self._code_of[group[0]]), {})
+        if over or len(group) >= self.max_jobs or not self.solo_only.isdisjoint(group):
             bucket.pop(key, None)
         else:
             bucket[key] = (util, mem)
+
+    def _thresholds(self, group: list[int]) -> tuple[float, float, bool]:
+        """A set's summed load and memory, and whether either is above its threshold."""
+        if not group:
+            return 0.0, 0.0, True
+        cap = self._memory_cap[self._code_of[group[0]]]
+        load_of, memory_of = self._load_of, self._memory_of
+        util = sum(load_of[k] for k in group)
+        mem = sum(memory_of[k] for k in group)
+        return util, mem, util > self.util_threshold or mem > self.memory_threshold * cap
 
     def _next_watch(self, view: ClusterView) -> float | None:
         wake = min((t for t, _, _ in self.watch.values()), default=None)
@@ -330,22 +381,36 @@ class EaCO(AllocationPolicy):
             return False
         gpu = gpu_model(self.spec.gpu_models[code])
         mem_cap = gpu.memory_gib
-        mem_new = float(self.memory[job])
+        mem_new = self._memory_of[job]
         req = view.request(job)
         req_mask = req.node_mask
         cpu_or_memory = req.cpu_milli > 0 or req.memory_mib > 0
         best = None  # (objective, -utilisation, key, placement)
-        gpu_left = plan.state.gpu_left
+        state = plan.state
+        gpu_left = state.gpu_left
+        # Nodes that could hold the whole CPU and memory request: a set on one such node fits it (one node holds it
+        # all), a set on one other node does not; sets over several nodes split it (`_cpu_memory_free`).
+        node_fits = (
+            (
+                state.available & (state.cpu_left >= req.cpu_milli) & (state.mem_left >= req.memory_mib)
+            ).tolist()
+            if cpu_or_memory
+            else None
+        )
         shareable = job not in self.solo_only
-        for key, (util, mem) in (self._open.get(n, {}) if shareable else {}).items():
-            group = sets[key]
-            if mem + mem_new > mem_cap or not req_mask[key[0][0]] or int(self.codes[group[0]]) != code:
+        for key, (util, mem) in (self._open.get((n, code), {}) if shareable else {}).items():
+            if mem + mem_new > mem_cap or not req_mask[key[0][0]]:
                 continue
+            if node_fits is not None:
+                if len(key) == 1:
+                    if not node_fits[key[0][0]]:
+                        continue
+                elif not _cpu_memory_free(state, req, key):
+                    continue
             if any(gpu_left[node, g] < SHARE for node, gpus in key for g in gpus):
                 continue
             placement = where[key]
-            if cpu_or_memory and not plan.is_free(on_same_gpus(view, job, placement), SHARE):
-                continue
+            group = sets[key]
             objective = self._objective(view, job, group, key, gpu)
             if objective is None:
                 continue
@@ -400,6 +465,27 @@ class EaCO(AllocationPolicy):
         # The newcomer's time next to the group stretches by its slowdown: energy over its run.
         energy_rel = added_w * slowdowns[-1] / alone_w if alone_w > 0 else 0.0
         return self.alpha * energy_rel + (1.0 - self.alpha) * float(np.mean(slowdowns))
+
+
+def _cpu_memory_free(state, req, key: tuple) -> bool:
+    """Whether the nodes of GPU set `key` have the CPU and memory the job's request needs there, split over the
+    nodes by their GPU counts as :func:`~wattsched.policies.planning.on_same_gpus` splits it (the same sums), and
+    are available: ``plan.is_free(on_same_gpus(view, job, placement), share)`` once the GPUs' shares are known to
+    fit, without building the placement."""
+    total = sum(len(g) for _, g in key) or 1
+    cpu_left, mem_left = req.cpu_milli, req.memory_mib
+    last = len(key) - 1
+    for k, (node, gpus) in enumerate(key):
+        if k == last:
+            cpu, mem = cpu_left, mem_left
+        else:
+            cpu = int(req.cpu_milli * len(gpus) / total)
+            mem = int(req.memory_mib * len(gpus) / total)
+        cpu_left -= cpu
+        mem_left -= mem
+        if not state.available[node] or state.cpu_left[node] < cpu or state.mem_left[node] < mem:
+            return False
+    return True
 
 
 # The class's own basis, at the default parameters (read where no run is at hand: experiment rows).
