@@ -19,11 +19,11 @@ Every decision (arrivals, completions, observation ends, rounds):
 What the paper leaves open (alpha, both thresholds, the epoch length, the JCT bound of jobs without a deadline,
 the most jobs per GPU) is reconstructed: parameters below, reported in summary.json.
 
-Cost (issue 30: the 3-month Philly window): each running job's GPU set is read from the view once and again only
-when the job journal (``view.job_changes``) lists the job; a set's summed load and memory are summed again only when
-its jobs change; open sets are filed by GPU count and type; the CPU and memory check of a candidate on one node is
-one array lookup (every node's fit to the whole request at once). The same decisions as reading everything afresh,
-in the same order (BENCHMARKS.md, "eaco's speed").
+Cost (so that the 3-month Philly window runs in minutes, BENCHMARKS.md): each running job's GPU set is read from
+the view once and again only when the job journal (``view.job_changes``) lists the job; a set's summed load and
+memory are summed again only when its jobs change; open sets are filed by GPU count and type; the CPU and memory
+check of a candidate on one node is one array lookup (every node's fit to the whole request at once). The same
+decisions as reading everything afresh, in the same order (BENCHMARKS.md, "eaco's speed").
 """
 
 from __future__ import annotations
