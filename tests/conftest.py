@@ -28,6 +28,22 @@ def make_cluster(shapes: list[tuple[int, str, int, int]], name: str = "test") ->
     )
 
 
+def random_jobs(seed: int, n: int, span_s: float) -> JobTable:
+    """`n` seeded jobs arriving within `span_s`, each 50-900 s long on 1, 2 or 4 GPUs."""
+    rng = np.random.default_rng(seed)
+    submits, durations, gpus = (
+        np.sort(rng.uniform(0, span_s, n)),
+        rng.uniform(50, 900, n),
+        rng.choice([1, 2, 4], n),
+    )
+    return make_jobs(
+        [
+            {"submit": float(t), "duration": float(d), "gpus": int(g)}
+            for t, d, g in zip(submits, durations, gpus, strict=True)
+        ]
+    )
+
+
 def make_jobs(rows: list[dict]) -> JobTable:
     """rows: dicts with submit, duration, gpus and optional milli, cpu, mem, spec."""
     return JobTable.build(

@@ -6,13 +6,17 @@ results all the same; runs the kernel does not mirror never enter it."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from tests.conftest import make_jobs
-from tests.unit.test_native_replay import assert_same_state, compiled, run_dir, watch_compiled
+from tests.unit.test_native_replay import (
+    assert_same_run_dirs,
+    assert_same_state,
+    compiled,
+    run_dir,
+    watch_compiled,
+)
 from wattsched.core.cluster import ClusterSpec
 from wattsched.core.states import STATUS_DONE
 from wattsched.engine import native_replay
@@ -209,13 +213,5 @@ def test_run_directory_is_byte_identical(tmp_path, monkeypatch, synthetic, compi
     b = tmp_path / "compiled"
     run_simulation(SimulationConfig.model_validate(settings), b)
     assert used == [compiled_run]
-    names = sorted(p.name for p in a.iterdir())
-    assert names == sorted(p.name for p in b.iterdir())
-    for name in names:
-        if name == "summary.json":
-            sa, sb = (json.loads((d / name).read_text()) for d in (a, b))
-            sa.pop("wall_time_s"), sb.pop("wall_time_s")
-            assert sa == sb
-            assert sa["policies"]["rounds"] > 10 and (sa["preemptions"] > 0) != compiled_run
-        else:
-            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    summary = assert_same_run_dirs(a, b)
+    assert summary["policies"]["rounds"] > 10 and (summary["preemptions"] > 0) != compiled_run

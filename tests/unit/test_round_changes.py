@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import make_cluster, make_jobs
+from tests.conftest import make_cluster, make_jobs, random_jobs
 from tests.contract_harness import run_live, run_simulator
 from wattsched.core.cluster import MILLI
 from wattsched.engine.temporal import Simulator
@@ -108,17 +108,7 @@ def _tiresias_sim(jobs, spec, round_s=60.0):
 
 
 def _contended():
-    rng = np.random.default_rng(7)
-    rows = [
-        {"submit": float(t), "duration": float(d), "gpus": int(g)}
-        for t, d, g in zip(
-            np.sort(rng.uniform(0, 4000, 60)),
-            rng.uniform(50, 900, 60),
-            rng.choice([1, 2, 4], 60),
-            strict=True,
-        )
-    ]
-    return make_jobs(rows), make_cluster([(4, "V100", 64_000, 262_144)] * 3)
+    return random_jobs(7, 60, 4000), make_cluster([(4, "V100", 64_000, 262_144)] * 3)
 
 
 def test_tiresias_decides_the_same_from_the_journal_as_from_the_whole_view(monkeypatch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.conftest import make_cluster, make_jobs
+from tests.conftest import make_cluster, make_jobs, random_jobs
 from wattsched.core.states import STATUS_RUNNING
 from wattsched.engine.temporal import Simulator
 from wattsched.policies import contract
@@ -68,17 +68,8 @@ class _CheckingTiresias(Tiresias):
 
 
 def test_the_simulators_work_left_of_one_job_is_its_entry_of_all_of_them():
-    rng = np.random.default_rng(3)
-    rows = [
-        {"submit": float(t), "duration": float(d), "gpus": int(g)}
-        for t, d, g in zip(
-            np.sort(rng.uniform(0, 2000, 30)),
-            rng.uniform(50, 900, 30),
-            rng.choice([1, 2, 4], 30),
-            strict=True,
-        )
-    ]
-    jobs, spec = make_jobs(rows), make_cluster([(4, "V100", 64_000, 262_144)] * 2)
+    jobs = random_jobs(3, 30, 2000)
+    spec = make_cluster([(4, "V100", 64_000, 262_144)] * 2)
     policy = _CheckingTiresias(thresholds_gpu_s=(120.0,))
     out = Simulator(jobs, spec, RoundScheduler(policy, 60.0), np.random.default_rng(0)).run()
     assert policy.checked_running > 100 and out.preemptions.sum() > 0  # mid-run, preempted jobs included
