@@ -17,7 +17,7 @@ from wattsched.core.cluster import ClusterState
 from wattsched.core.placement import NodeShare
 from wattsched.core.requests import JobRequest
 from wattsched.policies.allocation.eaco import EaCO, _cpu_memory_free
-from wattsched.policies.planning import Plan, on_same_gpus
+from wattsched.policies.planning import JournalCache, Plan, on_same_gpus
 
 NODES = 4
 
@@ -61,12 +61,20 @@ def test_cpu_and_memory_fit_of_a_gpu_set_is_that_of_its_placement(case):
         assert bool(whole[node]) == expected
 
 
+class _Forgetful(JournalCache):
+    """A cache that keeps nothing between decisions."""
+
+    def fresh(self, view):
+        self.clear()
+        return self
+
+
 class _FreshReads(EaCO):
     """EaCO reading every running job's GPUs from the view at each decision (no journal)."""
 
-    def _held_now(self, view):
-        self._held.clear()
-        return self._held
+    def bind(self, ctx):
+        super().bind(ctx)
+        self._held = _Forgetful()
 
 
 def test_gpu_sets_kept_from_the_job_journal_are_what_fresh_reads_give(gavel_dir):

@@ -73,6 +73,25 @@ def on_same_gpus(view: ClusterView, job: int, placement: Placement) -> Placement
     return tuple(out)
 
 
+class JournalCache(dict):
+    """Per-job values read from the view at earlier decisions, kept until the job journal lists the job as changed
+    (started, stopped, moved, retuned: what a job holds changes only so, ``ClusterView.job_changes``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mark = -1  # position in the job journal at the last refresh
+
+    def fresh(self, view: ClusterView) -> JournalCache:
+        """Itself, less the jobs the journal lists since the last call (everything when the journal cannot say)."""
+        changed, self.mark = view.job_changes(self.mark)
+        if changed is None:
+            self.clear()
+        else:
+            for job in changed:
+                self.pop(job, None)
+        return self
+
+
 class Plan:
     """A round's plan: a scratch state that starts with every running job where it is.
 

@@ -49,7 +49,7 @@ from ..contract import (
     Decision,
     Target,
 )
-from ..planning import Plan, held_target, job_gpu_codes, on_same_gpus
+from ..planning import JournalCache, Plan, held_target, job_gpu_codes, on_same_gpus
 from ..sharing import gpu_set, gpu_set_size, solo_rate_on
 
 MAX_JOBS_PER_GPU = 4  # the paper measures sets of up to four jobs
@@ -145,8 +145,7 @@ class EaCO(AllocationPolicy):
         self._set_sums: dict[tuple, tuple[tuple[int, ...], int, float, float, bool]] = {}
         # What each running job holds, as (GPU set key, placement), or None for no GPUs: read from the view once
         # and dropped when the job journal (view.job_changes) lists the job, so a decision reads what changed.
-        self._held: dict[int, tuple[tuple, Any] | None] = {}
-        self._journal_mark = -1
+        self._held = JournalCache()  # job -> (GPU-set key, placement) or None, as last read
         self._settled = False  # the last decision changed nothing: it stands until the cluster changes
         self._shape = np.full(n, -1, dtype=np.int64)
         self._shape_ids: dict[tuple, int] = {}
@@ -234,7 +233,7 @@ class EaCO(AllocationPolicy):
         # GPU sets in use: set -> jobs on it (running now, then as planned this decision).
         sets: dict[tuple, list[int]] = {}
         where: dict[tuple, tuple] = {}
-        held_now = self._held_now(view)
+        held_now = self._held.fresh(view)
         for j in running.tolist():
             if j not in held_now:
                 target = view.target(j)
@@ -279,16 +278,6 @@ class EaCO(AllocationPolicy):
         decision = plan.decision(running, wake_at=self._next_watch(view))
         self._settled = not (decision.assign or plan.released)
         return decision
-
-    def _held_now(self, view: ClusterView) -> dict[int, tuple[tuple, Any] | None]:
-        """`_held` brought up to date: the jobs the journal lists since the last read are read afresh."""
-        changed, self._journal_mark = view.job_changes(self._journal_mark)
-        if changed is None:
-            self._held.clear()
-        else:
-            for j in changed:
-                self._held.pop(j, None)
-        return self._held
 
     def _shapes(self, view: ClusterView, jobs: np.ndarray) -> np.ndarray:
         """A shape id per job (cached): equal ids fail or succeed alike at one point of a decision."""

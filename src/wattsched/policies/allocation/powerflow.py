@@ -67,7 +67,7 @@ from ..contract import (
     Decision,
     Target,
 )
-from ..planning import Plan, held_target, job_gpu_codes
+from ..planning import JournalCache, Plan, held_target, job_gpu_codes
 from . import energy_budget
 from .energy_budget import NODES_STAY_ON, BudgetBelowFloorError
 
@@ -180,8 +180,7 @@ class PowerFlow(AllocationPolicy):
         self._optimal = np.full((n, levels), None, dtype=object)  # the energy-optimal setting, with the rows
         self._last_signature: tuple | None = None
         self._last_left = math.nan
-        self._targets: dict[int, Target | None] = {}  # view.target of held jobs, kept while unchanged
-        self._journal_mark = -1  # position in the job journal (view.job_changes) at the last refresh
+        self._targets = JournalCache()  # view.target of held jobs, kept while the journal lists no change
         self._signature_mark = -1  # the journal's position when _last_signature was read
         self._idle_by_code = [gpu_model(g).idle_w for g in ctx.spec.gpu_models]
         gpu_jobs = ctx.jobs.num_gpu > 0
@@ -538,17 +537,6 @@ class PowerFlow(AllocationPolicy):
         )
         self.floor_kwh = energy_budget.refuse_below_floor(self.budget_j, dynamic, static)
 
-    def _targets_now(self, view: ClusterView) -> dict[int, Target | None]:
-        """`view.target` of jobs read at earlier decisions, less those the job journal lists as changed since
-        (started, stopped, moved, retuned...): what a job holds changes only so (contract.ClusterView.job_changes)."""
-        changed, self._journal_mark = view.job_changes(self._journal_mark)
-        if changed is None:
-            self._targets.clear()
-        else:
-            for j in changed:
-                self._targets.pop(j, None)
-        return self._targets
-
     def _place(
         self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
     ) -> Decision:
@@ -579,7 +567,7 @@ class PowerFlow(AllocationPolicy):
                 n //= 2
         for j in cpu_only.tolist():
             plan.place(j, self.placement)
-        targets = self._targets_now(view)
+        targets = self._targets.fresh(view)
         assign, released = plan.assign, plan.released
         for j in held:
             if j in assign or j in released:
