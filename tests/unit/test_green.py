@@ -403,9 +403,9 @@ def test_experiment_refuses_an_unknown_seed(market):
         Green().grid(GreenConfig(workload=str(market / "jobs.csv"), compared=["nosuch"]))
 
 
-def _urgent_wide_run(tmp_path, deadline_slack: float):
-    """5 nodes x 4 V100, each holding a long 3-GPU job; then a 5-GPU job (wider than a node) of 10 minutes: 5 GPUs
-    are free, one on each node, and no whole node."""
+def _urgent_wide_run(tmp_path, deadline_slack: float, width: int = 5, duration_s: int = 600):
+    """5 nodes x 4 V100, each holding a long 3-GPU job; then a `width`-GPU job (by default wider than a node) of
+    `duration_s`: 5 GPUs are free, one on each node, and no whole node."""
     require_real_file("gavel-traces", "simulation_throughputs.json")  # the policy reads the throughput tables
     write_day_night_market(tmp_path)
     (tmp_path / "c.yaml").write_text(
@@ -414,7 +414,7 @@ def _urgent_wide_run(tmp_path, deadline_slack: float):
     )
     rows = ["job_id,submit_time,duration,num_gpu"]
     rows += [f"long{i},{i},{20 * 3600},3" for i in range(5)]
-    rows += ["wide,600,600,5"]
+    rows += [f"wide,600,{duration_s},{width}"]
     (tmp_path / "jobs.csv").write_text("\n".join(rows) + "\n")
     cfg = SimulationConfig(
         workload=str(tmp_path / "jobs.csv"), cluster=str(tmp_path / "c.yaml"), price_csv=str(tmp_path / "p.csv"),
@@ -433,3 +433,14 @@ def test_a_wide_job_whose_deadline_cannot_wait_takes_gpus_across_nodes(tmp_path)
     assert patient["start_s"] > 3600.0
     # slower across nodes (here it runs past its deadline), but it ends long before whole nodes free up
     assert urgent["end_s"] < patient["start_s"]
+
+
+def test_a_node_wide_job_that_cannot_wait_for_a_boot_spreads_across_nodes(tmp_path):
+    # 4 GPUs (a whole node) for 3 minutes, deadline 6 minutes after submission: less slack than a boot and a round
+    urgent = _urgent_wide_run(tmp_path, deadline_slack=2.0, width=4, duration_s=180)
+    assert urgent["start_s"] == pytest.approx(600.0)
+    assert len({p.split(":")[0] for p in urgent["placement"].split(";")}) == 4
+    # 24 minutes of slack: it waits for a node until its slack falls under 10 minutes (here no node frees up)
+    patient = _urgent_wide_run(tmp_path, deadline_slack=8.0, width=4, duration_s=180)
+    deadline = 600.0 + 8.0 * 180
+    assert patient["start_s"] >= deadline - 180 - green.SPREAD_SLACK_S

@@ -213,6 +213,17 @@ class Plan:
             self._failed.add(key)
         return found
 
+    def place_across(self, job: int, placement: PlacementPolicy) -> Placement | None:
+        """Place `job` as a gang (whole GPUs over as many nodes as it takes), even where it would fit on one node:
+        for a job that cannot wait for one node to have room. None if the free GPUs are too few."""
+        req = self.view.request(job)
+        if req.gpu_milli < MILLI:
+            return None  # a GPU share lives on one GPU
+        found = placement.place(self.state, replace(req, gang=True))
+        if found is not None:
+            self.take(job, Target(found, MILLI, DEFAULT_SETTING))
+        return found
+
     def place_on(self, job: int, previous: Placement, setting: GpuSetting = DEFAULT_SETTING) -> bool:
         """Put `job` back on exactly `previous` if every GPU, CPU and memory there is free (cheap resume)."""
         if not self.is_free(previous, MILLI):

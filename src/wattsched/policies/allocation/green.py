@@ -98,6 +98,9 @@ HORIZON_H = 24  # hours of prices looked ahead
 DEADLINE_MARGIN_S = 1800.0  # planned work ends this long before its deadline (a boot, a restart; as cedla)
 # A job with less slack than this runs first (earliest deadline first) and is never deferred.
 URGENT_SLACK_S = 3600.0
+# A training job whose deadline leaves less than a boot and a round of slack takes whole GPUs across nodes when no
+# single node has room for it (slower, but it does not wait for capacity to free or boot).
+SPREAD_SLACK_S = 600.0
 STRICT_AFTER_S = 4 * 3600.0  # a job waiting this long stops backfill behind it (no starvation of large jobs)
 BURST_WINDOW_S = 600.0  # right-sizing: arrivals within a boot (300 s) and a round
 BURST_HISTORY_S = 86400.0  # right-sizing: the forecast looks back one day
@@ -170,6 +173,7 @@ class WattschedGreen(AllocationPolicy):
         self.deferrals = 0
         self.slowed_starts = 0
         self.widened_starts = 0
+        self.spread_starts = 0
         self.shrunk_starts = 0
         self.priced_rounds = 0  # rounds that saw day-ahead prices (price-shift idles without them)
         self.colocation = Colocation(colocation_bound)  # green_colocate.py
@@ -251,6 +255,7 @@ class WattschedGreen(AllocationPolicy):
             "deferrals": self.deferrals,
             "slowed_starts": self.slowed_starts,
             "widened_starts": self.widened_starts,
+            "spread_starts": self.spread_starts,
             "shrunk_starts": self.shrunk_starts,
             "rounds_with_prices": self.priced_rounds,
             **self.colocation.parameters(),
@@ -523,6 +528,9 @@ class WattschedGreen(AllocationPolicy):
                 # A service, or a job whose deadline cannot wait: without whole nodes free it takes GPUs wherever
                 # they are (slower across nodes, but started).
                 found = plan.place(job, self.placement)
+            elif found is None and self._must_spread(job, now, left_of[job]):
+                found = plan.place_across(job, self.placement)
+                self.spread_starts += found is not None
             if found is None and self.on("colocate") and not self.service[job]:
                 if hosts is None:
                     hosts = self.colocation.hosts(view, plan, self._slowed | set(self.regrow.start_count))
@@ -580,6 +588,12 @@ class WattschedGreen(AllocationPolicy):
     def _cannot_wait(self, job: int, now: float, seconds_left: float) -> bool:
         """A service, or a training job whose deadline leaves less than `URGENT_SLACK_S` of slack."""
         return bool(self.service[job]) or self._slack_s(job, now, seconds_left) < URGENT_SLACK_S
+
+    def _must_spread(self, job: int, now: float, seconds_left: float) -> bool:
+        """A training job on several GPUs whose deadline cannot wait for a node to boot (SPREAD_SLACK_S)."""
+        if self.service[job] or self.gpus[job] < 2 or math.isnan(self.deadline[job]):
+            return False
+        return float(self.deadline[job]) - now - seconds_left < SPREAD_SLACK_S
 
     def _contended(self, plan: Plan, waiting: list[int]) -> bool:
         """Whether the jobs left waiting ask for more GPUs than are free on every node, powered or not."""
