@@ -137,6 +137,23 @@ def test_spread_placement_runs_at_the_unconsolidated_throughput():
     assert gavel.solo_rate(0, 0, 2, 2, 1, RULE) == 12.0
 
 
+def test_a_service_hour_scales_by_its_replicas_wherever_they_are():
+    """An inference service's GPUs are independent replicas: n GPUs serve n times one GPU's rate, spread or not;
+    a training job of the same model keeps its table's scaling and its spread penalty."""
+    from wattsched.core.jobs import INFERENCE, TRAINING
+
+    jobs = jobs_of(["cifar10", "cifar10"], gpus=[2, 2], batch_size=[128, 128], job_class=[TRAINING, INFERENCE])
+    model, _ = t4_model(jobs)  # 4 nodes x 4 T4: cifar10 runs 10 steps/s on 1 GPU, 18 on 2, 48 on 8 (its table)
+    one = model.solo_rate(1, 0, 1, 1, 1, RULE)
+    assert one == model.solo_rate(0, 0, 1, 1, 1, RULE)
+    for n, nodes, switches in [(2, 1, 1), (2, 2, 1), (8, 2, 1), (8, 4, 2), (3, 3, 2)]:
+        assert model.solo_rate(1, 0, n, nodes, switches, RULE) == pytest.approx(n * one)
+    assert model.solo_rate(0, 0, 2, 2, 1, RULE) == pytest.approx(18 * UNCONSOLIDATED_FACTOR)
+    # its hour of work takes its hour on the GPUs it asked for, and twice that on half of them
+    assert model.work[1] / model.solo_rate(1, 0, 2, 1, 1, RULE) == pytest.approx(100.0)
+    assert model.work[1] / model.solo_rate(1, 0, 1, 1, 1, RULE) == pytest.approx(200.0)
+
+
 def test_job_without_a_table_runs_at_trace_speed_scaled_linearly():
     jobs = jobs_of(["", "cifar10"], gpus=[2, 1], duration=[500.0, 100.0], batch_size=[0, 128])
     model, _ = t4_model(jobs)

@@ -75,8 +75,9 @@ METRICS = (
         "slo_violation_hours",
         "late svc-h",
         decimals=0,
-        definition="inference service-hours whose GPUs started after the hour began, or never; each counts "
-        "as one, however late (summary.json slo_violation_hours; the late requests are slo_violation_requests)",
+        definition="inference service-hours whose GPUs started after the hour began, whose requests were not all "
+        "served within the hour (on fewer GPUs than asked, slower, or stopped), or never served; each counts as one, "
+        "however late (summary.json slo_violation_hours; the late requests are slo_violation_requests)",
     ),
     Metric("restarts", "restarts", decimals=0),
 )

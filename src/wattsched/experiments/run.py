@@ -58,6 +58,10 @@ class RunResult:
     out_dir: Path | None
 
 
+SERVICE_HOUR_S = 3600.0  # each service-hour is one job of one hour (docs/cedla.md §1.4)
+SERVICE_END_TOLERANCE_S = 1.0  # float rounding of a run's end
+
+
 def load_inputs(cfg: SimulationConfig) -> Inputs:
     from ..workloads.catalog import load_workload, refuse_column_mapping
     from ..workloads.synthetic import generate
@@ -113,13 +117,21 @@ def _deadline_metrics(deadline: np.ndarray, end: np.ndarray) -> dict[str, float 
     }
 
 
-def _service_metrics(jobs: JobTable, start: np.ndarray) -> dict[str, float | int]:
-    """SLO figures of inference service-hours: an hour violates its SLO when its GPUs start late (requests then
-    queue beyond the latency target); its requests until the start count as violating (docs/cedla.md §1.4)."""
+def _service_metrics(jobs: JobTable, start: np.ndarray, end: np.ndarray) -> dict[str, float | int]:
+    """SLO figures of inference service-hours: an hour violates its SLO when its GPUs start late, or when its
+    requests are not all served within the hour (it ends after the hour: it ran on fewer GPUs than it asked for,
+    slower, or stopped), since requests then queue beyond the latency target. The seconds it is late, the later
+    of its late start and its overrun (at most 3,600; never served: 3,600), times its rate are its violating
+    requests (docs/cedla.md §1.4)."""
     hours = np.flatnonzero(jobs.job_class == INFERENCE)
     if not hours.size:
         return {}
-    late_s = np.clip(np.nan_to_num(start[hours] - jobs.submit_s[hours], nan=3600.0), 0.0, 3600.0)
+    submit = jobs.submit_s[hours]
+    late_start = start[hours] - submit
+    overrun = end[hours] - (submit + SERVICE_HOUR_S)
+    late_s = np.clip(np.nan_to_num(np.fmax(late_start, overrun), nan=SERVICE_HOUR_S), 0.0, SERVICE_HOUR_S)
+    late_s[np.isnan(end[hours])] = SERVICE_HOUR_S  # never served to its end
+    late_s[late_s <= SERVICE_END_TOLERANCE_S] = 0.0
     rate = np.nan_to_num(jobs.request_rate_rps[hours])
     return {
         "service_hours": int(hours.size),
@@ -395,7 +407,7 @@ def _run_temporal(cfg, inputs: Inputs, rng_policy, rng_models, progress):
         # Summed as GPU time: jobs count work in their own units (iterations, or seconds without a table).
         "preemption_lost_gpu_hours": float(outcome.lost_gpu_s.sum()) / 3600.0,
         **_deadline_metrics(jobs.deadline_s, outcome.end_s),
-        **_service_metrics(jobs, outcome.start_s),
+        **_service_metrics(jobs, outcome.start_s, outcome.end_s),
     }
     if energy is not None:
         metrics.update(energy.summary(recorder.allocated_gpu_seconds))

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..core.cluster import MILLI, ClusterSpec
 from ..core.gpus import gpu_model
-from ..core.jobs import JobTable
+from ..core.jobs import INFERENCE, JobTable
 from ..core.settings import DEFAULT_SETTING, GpuSetting
 from ..energy.dvfs import dvfs_response, power_limit_range
 from ..energy.utilisation import job_gpu_load
@@ -102,6 +102,9 @@ class PerformanceModel:
         n = len(jobs)
         self.job_load = np.asarray(job_gpu_load(jobs) if job_load is None else job_load, dtype=np.float64)
         self.trace_gpus = np.maximum(jobs.num_gpu, 1).astype(np.float64)
+        # An inference service's GPUs are independent replicas (M/M/c servers, docs/cedla.md §1.4): its rate is
+        # its one-GPU rate times its GPU count, wherever the GPUs are (no all-reduce, so no spread penalty).
+        self.replicas = np.asarray(jobs.job_class == INFERENCE, dtype=bool)
         self.notes: list[str] = []
         self.assigned = np.zeros(n, dtype=bool)
         self.assignment_counts: dict[str, int] = {}
@@ -386,14 +389,22 @@ class PerformanceModel:
         need_nodes = -(-n // per_node)
         need_switches = -(-need_nodes // self._nodes_per_switch)
         consolidated = nodes <= need_nodes and switches <= need_switches
-        cache_key = (code, key, float(self.batch[job]), n, consolidated)
+        replicas = bool(self.replicas[job])
+        cache_key = (
+            code,
+            key,
+            float(self.batch[job]),
+            1 if replicas else n,
+            consolidated or replicas,
+            replicas,
+        )
         rate = self._rate_cache.get(cache_key)
         if rate is None:
             table = self.sources[code][1][key]
             batch = self.batch[job] if table.batch_sizes[0] > 0 else None
-            rate = table.throughput(n, batch, consolidated)
+            rate = table.throughput(1, batch, True) if replicas else table.throughput(n, batch, consolidated)
             self._rate_cache[cache_key] = rate
-        return rate
+        return rate * n if replicas else rate
 
     def has_table(self, job: int, gpu_code: int) -> bool:
         """Whether the job runs from its own table on this GPU type. Only jobs modelled on the cluster's main
