@@ -142,8 +142,12 @@ def test_a_service_hour_scales_by_its_replicas_wherever_they_are():
     a training job of the same model keeps its table's scaling and its spread penalty."""
     from wattsched.core.jobs import INFERENCE, TRAINING
 
-    jobs = jobs_of(["cifar10", "cifar10"], gpus=[2, 2], batch_size=[128, 128], job_class=[TRAINING, INFERENCE])
-    model, _ = t4_model(jobs)  # 4 nodes x 4 T4: cifar10 runs 10 steps/s on 1 GPU, 18 on 2, 48 on 8 (its table)
+    jobs = jobs_of(
+        ["cifar10", "cifar10"], gpus=[2, 2], batch_size=[128, 128], job_class=[TRAINING, INFERENCE]
+    )
+    model, _ = t4_model(
+        jobs
+    )  # 4 nodes x 4 T4: cifar10 runs 10 steps/s on 1 GPU, 18 on 2, 48 on 8 (its table)
     one = model.solo_rate(1, 0, 1, 1, 1, RULE)
     assert one == model.solo_rate(0, 0, 1, 1, 1, RULE)
     for n, nodes, switches in [(2, 1, 1), (2, 2, 1), (8, 2, 1), (8, 4, 2), (3, 3, 2)]:
