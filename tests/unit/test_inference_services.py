@@ -137,23 +137,26 @@ def test_service_hour_replicas_spread_over_nodes_but_training_jobs_do_not():
 
 def test_a_service_hour_that_starts_late_ends_late_or_never_runs_violates_its_slo():
     """Four service-hours at 100 requests/s: on time; started 60 s late; on half its GPUs (its requests end an hour
-    late); never served. Ends within a second of the hour are on time."""
+    late); never served; and an inference job of two hours that ends on time. Ends within a second are on time."""
     from dataclasses import replace
 
     from tests.conftest import make_jobs
     from wattsched.core.jobs import INFERENCE
     from wattsched.experiments.run import _service_metrics
 
-    jobs = make_jobs([{"gpus": 2}] * 4 + [{"gpus": 1}])  # the last one is a training job: not a service-hour
+    jobs = make_jobs(
+        [{"gpus": 2}] * 4 + [{"gpus": 1}, {"gpus": 2}]
+    )  # the last one is a training job: not a service-hour
     jobs = replace(
         jobs,
-        submit_s=np.array([0.0, 3600.0, 7200.0, 10800.0, 0.0]),
-        job_class=np.array([INFERENCE] * 4 + [0], dtype=np.int8),
-        request_rate_rps=np.array([100.0] * 4 + [np.nan]),
+        submit_s=np.array([0.0, 3600.0, 7200.0, 10800.0, 0.0, 0.0]),
+        duration_s=np.array([3600.0] * 5 + [7200.0]),
+        job_class=np.array([INFERENCE] * 4 + [0, INFERENCE], dtype=np.int8),
+        request_rate_rps=np.array([100.0] * 4 + [np.nan, 100.0]),
     )
-    start = np.array([0.0, 3660.0, 7200.0, np.nan, 50.0])
-    end = np.array([3600.4, 7260.0, 14400.0, np.nan, 99999.0])
+    start = np.array([0.0, 3660.0, 7200.0, np.nan, 50.0, 0.0])
+    end = np.array([3600.4, 7260.0, 14400.0, np.nan, 99999.0, 7200.0])
     metrics = _service_metrics(jobs, start, end)
-    assert metrics["service_hours"] == 4
+    assert metrics["service_hours"] == 5
     assert metrics["slo_violation_hours"] == 3
     assert metrics["slo_violation_requests"] == pytest.approx(100.0 * (60.0 + 3600.0 + 3600.0))

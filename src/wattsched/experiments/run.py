@@ -58,7 +58,6 @@ class RunResult:
     out_dir: Path | None
 
 
-SERVICE_HOUR_S = 3600.0  # each service-hour is one job of one hour (docs/cedla.md §1.4)
 SERVICE_END_TOLERANCE_S = 1.0  # float rounding of a run's end
 
 
@@ -118,19 +117,17 @@ def _deadline_metrics(deadline: np.ndarray, end: np.ndarray) -> dict[str, float 
 
 
 def _service_metrics(jobs: JobTable, start: np.ndarray, end: np.ndarray) -> dict[str, float | int]:
-    """SLO figures of inference service-hours: an hour violates its SLO when its GPUs start late, or when its
-    requests are not all served within the hour (it ends after the hour: it ran on fewer GPUs than it asked for,
-    slower, or stopped), since requests then queue beyond the latency target. The seconds it is late, the later
-    of its late start and its overrun (at most 3,600; never served: 3,600), times its rate are its violating
-    requests (docs/cedla.md §1.4)."""
+    """SLO figures of inference jobs (service-hours): one violates its SLO when its GPUs start late, or when its
+    requests are not all served within its time (it ends after submit + its duration, an hour for a service-hour:
+    it ran on fewer GPUs than it asked for, slower, or was stopped), since requests then queue beyond the latency
+    target. The seconds it is late, the later of its late start and its overrun (at most its duration; never
+    served: all of it), times its rate are its violating requests (docs/cedla.md §1.4)."""
     hours = np.flatnonzero(jobs.job_class == INFERENCE)
     if not hours.size:
         return {}
-    submit = jobs.submit_s[hours]
-    late_start = start[hours] - submit
-    overrun = end[hours] - (submit + SERVICE_HOUR_S)
-    late_s = np.clip(np.nan_to_num(np.fmax(late_start, overrun), nan=SERVICE_HOUR_S), 0.0, SERVICE_HOUR_S)
-    late_s[np.isnan(end[hours])] = SERVICE_HOUR_S  # never served to its end
+    submit, asked = jobs.submit_s[hours], jobs.duration_s[hours]
+    late_s = np.fmax(start[hours] - submit, end[hours] - (submit + asked))
+    late_s = np.where(np.isnan(end[hours]), asked, np.clip(np.nan_to_num(late_s, nan=0.0), 0.0, asked))
     late_s[late_s <= SERVICE_END_TOLERANCE_S] = 0.0
     rate = np.nan_to_num(jobs.request_rate_rps[hours])
     return {
