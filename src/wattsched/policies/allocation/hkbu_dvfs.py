@@ -16,7 +16,9 @@ simulate --allocation hkbu-dvfs` applies its rules to DL jobs through the engine
   (on every node, powered or not: waiting for a boot does not count), new starts get
   the default setting and running jobs below it are retuned to it (a retune costs no restart), so that GPUs free
   as early as they can; otherwise a job keeps its setting to the end;
-* DRS is the node power manager's: run with ``--power-manager idle-timeout``.
+* DRS is the node power manager's: run with ``--power-manager idle-timeout``;
+* inference service-hours (``job_class == INFERENCE``) are outside the rule (the paper schedules training tasks):
+  they come first in the order and start at the default setting, whatever their deadline.
 
 The knob is the GPU power limit for ``hkbu-dvfs`` (the response measured on DL training, docs/dvfs.md §2) and the
 SM clock for ``hkbu-dvfs-sm`` (the HKBU clock model with the memory clock at its default, docs/dvfs.md §3, under
@@ -31,6 +33,7 @@ import numpy as np
 
 from ...core.cluster import MILLI
 from ...core.gpus import gpu_model
+from ...core.jobs import INFERENCE
 from ...core.settings import DEFAULT_SETTING, GpuSetting
 from ...energy.dvfs import dvfs_response, power_limit_range, sm_clock_range
 from ..contract import (
@@ -104,7 +107,8 @@ class HkbuDvfsAllocation(AllocationPolicy):
         }
         deadline = np.where(np.isnan(ctx.jobs.deadline_s), np.inf, ctx.jobs.deadline_s)
         key = deadline if self.order == "edf" else -ctx.jobs.duration_s
-        self.rank = np.lexsort((ctx.jobs.submit_s, key))  # job ids in the policy's order
+        self.is_service = ctx.jobs.job_class == INFERENCE
+        self.rank = np.lexsort((ctx.jobs.submit_s, key, ~self.is_service))  # job ids in the policy's order
         self.position = np.empty_like(self.rank)
         self.position[self.rank] = np.arange(self.rank.size)
         self.deadline = deadline
@@ -166,6 +170,9 @@ class HkbuDvfsAllocation(AllocationPolicy):
             self._full_speed(view, plan)
         for job in started:
             target = plan.assign[job]
+            if self.is_service[job]:  # the job model's fixed demand: always the default setting
+                self.chosen[job] = 1.0
+                continue
             setting = DEFAULT_SETTING if waiting else self._setting(view, job, target)
             if waiting:
                 self.chosen[job] = 1.0

@@ -8,6 +8,10 @@ the others are rejected at once. The planned time is a GPU-count reservation per
 fragmentation leaves no place for a job at its planned time, it starts at the next decision that finds one
 (counted as a late start).
 
+Inference service-hours (``job_class == INFERENCE``) are outside the admission rule (the project schedules training
+jobs): they are not priced and never rejected; each is due on arrival, placed ahead of the other jobs due, on any
+GPU type, at the default setting.
+
 Sources: the HKBU project description (RGC 12200418, no code or paper), OASiS (Bao et al., INFOCOM 2018) as the
 template, Buchbinder and Naor (2009) for the price function, the HKBU DVFS model (Wang et al., TPDS 2022).
 """
@@ -24,6 +28,7 @@ import numpy as np
 from ...core.cluster import MILLI
 from ...core.errors import WattschedError
 from ...core.gpus import gpu_model
+from ...core.jobs import INFERENCE
 from ...core.settings import DEFAULT_SETTING, GpuSetting
 from ...core.states import STATUS_PENDING
 from ...energy.dvfs import sm_clock_range
@@ -132,8 +137,10 @@ class HkbuOnlinePd(AllocationPolicy):
         deadline = jobs.deadline_s[np.isfinite(jobs.deadline_s)]
         last = max(float(deadline.max()) if deadline.size else 0.0, float(jobs.submit_s.max(initial=0.0)))
         horizon = math.ceil(last / self.slot_s) + 2
-        # g_max, known a priori: the largest request of the workload that fits the type at all.
-        biggest = int(jobs.num_gpu.max(initial=1))
+        # g_max, known a priori: the largest request of the workload that fits the type at all (services are not
+        # priced).
+        self.is_service = jobs.job_class == INFERENCE
+        biggest = int(jobs.num_gpu[~self.is_service].max(initial=1))
         max_gpus = np.maximum(np.minimum(biggest, capacity), 1)
         upper = self.beta * self.slot_s  # U: work is measured on each job's fastest type, so speed_max = 1
         self.form = Formulation(
@@ -264,6 +271,10 @@ class HkbuOnlinePd(AllocationPolicy):
         work = view.remaining_work(np.asarray(new, dtype=np.int64)).tolist() if new else []
         for j, w in zip(new, work, strict=True):
             g = int(self.jobs.num_gpu[j])
+            if self.is_service[j]:  # the job model's fixed demand: due now, at the default setting
+                self._planned[j] = (-1, DEFAULT_SETTING, view.now)
+                heapq.heappush(self._due, (view.now, j))
+                continue
             if g == 0 or w <= 0:  # nothing to price (no GPUs or no work): runs at once
                 k = self._type_with_room(g)
                 if k is None:  # more GPUs than any one type has: it can never start
@@ -305,11 +316,11 @@ class HkbuOnlinePd(AllocationPolicy):
         plan = Plan(view)
         left: list[int] = []
         single_type = len(self.type_codes) == 1
-        for j in self._ready:
+        for j in sorted(self._ready, key=lambda j: not self.is_service[j]):  # services first
             if view.status[j] != STATUS_PENDING:
                 continue
             k, setting, start = self._planned[j]
-            if single_type:
+            if single_type or k < 0:  # k < 0: a service, on any GPU type
                 found = plan.place(j, self.placement, setting=setting)
             else:
                 req = view.request(j)

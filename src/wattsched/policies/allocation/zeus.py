@@ -8,6 +8,9 @@ and their time and energy are charged at that limit. Then the job runs to the en
 Zeus' cost ``eta * E + (1 - eta) * MaxPL * world_size * T`` per iteration (eta = 0.5), with E and T from the
 performance model at each profiled limit (noise-free measurements). Allocation is fixed: no preemption, no
 resizing.
+
+Inference service-hours (``job_class == INFERENCE``) are outside Zeus' rule (the paper tunes training jobs): each
+starts as soon as it fits, ahead of the FIFO queue, on its asked GPUs at the default setting, and is not profiled.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...core.gpus import gpu_model
+from ...core.jobs import INFERENCE
 from ...core.settings import GpuSetting
 from ...core.states import STATUS_DONE
 from ...energy.dvfs import power_limit_range
@@ -61,6 +65,7 @@ class ZeusPowerLimit(AllocationPolicy):
         self.spec = ctx.spec
         self.submit = ctx.jobs.submit_s
         self.codes = job_gpu_codes(ctx)
+        self.is_service = ctx.jobs.job_class == INFERENCE
 
     def parameters(self) -> dict[str, Any]:
         values = np.array(list(self.chosen.values())) if self.chosen else np.zeros(0)
@@ -126,7 +131,11 @@ class ZeusPowerLimit(AllocationPolicy):
             plan.release(job)
             plan.take(job, Target(target.placement, target.share_milli, self._setting(code, watts)))
         pending = view.pending_jobs()
-        for job in pending[np.argsort(self.submit[pending], kind="stable")].tolist():
+        pending = pending[np.argsort(self.submit[pending], kind="stable")]
+        services = self.is_service[pending]
+        for job in pending[services].tolist():  # the job model's fixed demand: default setting, no queue
+            plan.place(job, self.placement)
+        for job in pending[~services].tolist():
             code = int(self.codes[job])
             if code < 0:
                 found = plan.place(job, self.placement)
