@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ...core.gpus import gpu_model
+from ...core.jobs import INFERENCE
 from ...core.settings import DEFAULT_SETTING, GpuSetting
 from ...core.states import (
     ON,
@@ -140,6 +141,9 @@ class PowerFlow(AllocationPolicy):
         self.budget_until_s = budget_until_s
         self.placement_name = placement
         self.placement = PLACEMENT_POLICIES.create(placement)
+        # A service's GPUs are independent replicas: where the placement finds no block for them, they take free
+        # GPUs on as few nodes as possible (the base gang rule; docs/cedla.md §1.4).
+        self.replicas = PLACEMENT_POLICIES.create("first-fit")
 
     def required_capabilities(self, params: Mapping[str, Any]) -> frozenset[Capability]:
         return self.needs | energy_budget.needs_meter(params, self.budget_j)
@@ -150,6 +154,10 @@ class PowerFlow(AllocationPolicy):
         )
         self.nodes_stay_on = ctx.params.get("power_manager", "always-on") in NODES_STAY_ON
         self.placement.bind(ctx.spec, ctx.rng, ctx.node_rank)
+        self.replicas.bind(ctx.spec, ctx.rng, ctx.node_rank)
+        # Inference service-hours are the job model's fixed demand (their GPU count is the hour's SLO
+        # requirement): never resized or slowed, placed first (docs/powerflow.md, "Inference services").
+        self.service = ctx.jobs.job_class == INFERENCE
         self.perf, self.spec, self.jobs = ctx.perf, ctx.spec, ctx.jobs
         self.codes = job_gpu_codes(ctx)
         self.per_node = int(ctx.spec.gpu_count.max()) or 1
@@ -321,21 +329,30 @@ class PowerFlow(AllocationPolicy):
         self._last_signature, self._last_left, self._signature_mark = signature, left, mark
         cpu_only = waiting[self.jobs.num_gpu[waiting] == 0]  # no GPU to size: started as they fit
         pending = waiting[self.jobs.num_gpu[waiting] > 0]
-        capacity = int(view.spec.gpu_count[view.state.available].sum())
+        all_gpus = int(view.spec.gpu_count[view.state.available].sum())
+        # Services keep their asked GPUs at the default setting; the greedy sizes training jobs in what is left.
+        # They stay out of `admitted`, so the budget counts them with the jobs not admitted, at that fixed size.
+        services = pending[self.service[pending]]
+        pending = pending[~self.service[pending]]
+        training = running[~self.service[running]]
+        service_gpus = int(
+            self.jobs.num_gpu[running[self.service[running]]].sum() + self.jobs.num_gpu[services].sum()
+        )
+        capacity = max(all_gpus - service_gpus, 0)
         rem_p = view.remaining_work(pending)
         by_work = pending[np.argsort(rem_p * self.ref_gpu_s_per_unit[pending], kind="stable")]
-        admitted = running.tolist() + by_work[: max(capacity - running.size, 0)].tolist()
+        admitted = training.tolist() + by_work[: max(capacity - training.size, 0)].tolist()
         held = dict(zip(running.tolist(), view.held_gpus(running).tolist(), strict=True))
         remaining = dict(
             zip(admitted, view.remaining_work(np.asarray(admitted, dtype=np.int64)).tolist(), strict=True)
         )
         budget = self._round_budget(view, held, left, set(admitted), pending)
-        state = _Greedy(self, held, remaining, capacity)
+        state = _Greedy(self, held, remaining, capacity, all_gpus, service_gpus)
         state.run(admitted, budget)
         self.rounds += 1
         self.rounds_budget_bound += int(state.bound)
         self._plan = (view.now, state.static_w())
-        return self._place(view, running, state.gpus, state.setting, cpu_only)
+        return self._place(view, running, state.gpus, state.setting, cpu_only, services)
 
     def _left_j(self, view: ClusterView) -> float:
         """Energy the run may still use (inf without a budget)."""
@@ -377,10 +394,14 @@ class PowerFlow(AllocationPolicy):
         if self._fastest_rate is None:
             capacity = int(view.spec.gpu_count.sum())
             self._fastest_rate = np.array([
-                self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING) if self.jobs.num_gpu[j] > 0 else 1.0
+                self._rate(j, self._top_count(j, capacity), DEFAULT_SETTING) if self.jobs.num_gpu[j] > 0 else 1.0
                 for j in range(len(self.jobs))
             ])  # fmt: skip
         return self._fastest_rate
+
+    def _top_count(self, job: int, capacity: int) -> int:
+        """The most GPUs the job may run on: a service its asked count, a training job its largest level."""
+        return int(self.jobs.num_gpu[job]) if self.service[job] else self._levels(job, capacity)[-1]
 
     def _not_arrived(self, view: ClusterView, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """The GPU jobs from index `first` on, none arrived yet: (jobs, least dynamic J, least GPU-seconds, the
@@ -428,7 +449,14 @@ class PowerFlow(AllocationPolicy):
             self._least_options = (
                 np.array([o[2][0] if o is not None else 0.0 for o in one], dtype=np.float64),
                 np.array([o[1][0] if o is not None else 1.0 for o in one], dtype=np.float64),
+                np.ones(len(self.jobs)),
             )
+            # A service's least is what it draws: its asked GPUs at the default setting (the options' last).
+            for j in np.flatnonzero(self.service & (self.jobs.num_gpu > 0)).tolist():
+                n = int(self.jobs.num_gpu[j])
+                _, rates, dyn = self._options_at(j, n)
+                self._least_options[0][j], self._least_options[1][j] = dyn[-1], rates[-1]
+                self._least_options[2][j] = n
         if not len(jobs):
             return 0.0, 0.0
         dynamic, gpu_s = self._least_terms(jobs, remaining)
@@ -441,9 +469,9 @@ class PowerFlow(AllocationPolicy):
         if self._least_options is None:
             self._least(jobs[:0], remaining[:0])  # reads the options
         assert self._least_options is not None
-        dyn_w, rate = (a[np.asarray(jobs, dtype=np.int64)] for a in self._least_options)
+        dyn_w, rate, gpus = (a[np.asarray(jobs, dtype=np.int64)] for a in self._least_options)
         work = np.asarray(remaining, dtype=np.float64)
-        return np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0), work / rate
+        return np.where(rate > 0, work * dyn_w / np.where(rate > 0, rate, 1.0), 0.0), work / rate * gpus
 
     def _static_w(self, view: ClusterView, held: dict[int, int]) -> float:
         """Cluster power now less the running jobs' dynamic GPU power at their present settings (0 in a run
@@ -527,7 +555,7 @@ class PowerFlow(AllocationPolicy):
             capacity = int(view.spec.gpu_count.sum())
             ends = [
                 float(self.jobs.submit_s[j])
-                + w / self._rate(j, self._levels(j, capacity)[-1], DEFAULT_SETTING)
+                + w / self._rate(j, self._top_count(j, capacity), DEFAULT_SETTING)
                 for j, w in zip(gpu_jobs.tolist(), work, strict=True)
             ]
             span = max([self.last_arrival_s, *ends]) - self.first_arrival_s
@@ -538,7 +566,13 @@ class PowerFlow(AllocationPolicy):
         self.floor_kwh = energy_budget.refuse_below_floor(self.budget_j, dynamic, static)
 
     def _place(
-        self, view: ClusterView, running: np.ndarray, gpus: dict[int, int], setting, cpu_only: np.ndarray
+        self,
+        view: ClusterView,
+        running: np.ndarray,
+        gpus: dict[int, int],
+        setting,
+        cpu_only: np.ndarray,
+        services: np.ndarray,
     ) -> Decision:
         plan = Plan(view)
         held = dict(zip(running.tolist(), view.held_gpus(running).tolist(), strict=True))
@@ -553,6 +587,10 @@ class PowerFlow(AllocationPolicy):
         # (a start taking them stopped the running job, and the two swapped places every round); within each
         # group big blocks first: buddy packs better.
         by_size = lambda js: sorted(js, key=lambda k: (-gpus[k], k))  # noqa: E731
+        # Services first, at their asked GPUs and the default setting: they must not wait.
+        for j in services.tolist():
+            if plan.place(j, self.placement) is None:
+                plan.place(j, self.replicas)
         for j in by_size(moved) + by_size(starts):
             if plan.place(j, self.placement, num_gpu=gpus[j], setting=setting[j]) is not None:
                 continue
@@ -588,11 +626,22 @@ class _Greedy:
     """One round's greedy: GPU doublings at energy-optimal clocks, then clock raises, within the budget; above
     it, cuts (docs/powerflow.md, "Budget")."""
 
-    def __init__(self, policy: PowerFlow, held: dict, remaining: dict, capacity: int):
+    def __init__(
+        self,
+        policy: PowerFlow,
+        held: dict,
+        remaining: dict,
+        capacity: int,
+        all_gpus: int | None = None,
+        service_gpus: int = 0,
+    ):
         self.p = policy
         self.held = held
         self.remaining = remaining
-        self.capacity = capacity
+        self.capacity = capacity  # GPUs for the training jobs
+        # With the services' GPUs (default: none), over which the queued GPU-seconds (theirs included) spread.
+        self.all_gpus = capacity if all_gpus is None else all_gpus
+        self.service_gpus = service_gpus
         self.gpus: dict[int, int] = {}
         self.clock: dict[int, int] = {}  # index into the job's options at its GPU count
         self.setting: dict[int, GpuSetting] = {}
@@ -628,7 +677,7 @@ class _Greedy:
             static = b.node_static_w * nodes * (gpu_s / gpus if gpus > 0 else 0.0)
         else:
             # No shorter than the GPU-seconds left (the queued jobs' least included) spread over every GPU.
-            span = max(b.span_floor_s, longest_s, (gpu_s + b.queued_gpu_s) / max(self.capacity, 1))
+            span = max(b.span_floor_s, longest_s, (gpu_s + b.queued_gpu_s) / max(self.all_gpus, 1))
             static = b.static_w * span
         return dyn_j + b.queued_j + static
 
@@ -641,7 +690,7 @@ class _Greedy:
             nodes = np.where(some, np.ceil(gpus / self.p.per_node), 0.0)
             static = b.node_static_w * nodes * np.where(some, gpu_s / np.where(some, gpus, 1.0), 0.0)
         else:
-            spread = (gpu_s + b.queued_gpu_s) / max(self.capacity, 1)
+            spread = (gpu_s + b.queued_gpu_s) / max(self.all_gpus, 1)
             static = b.static_w * np.maximum(np.maximum(b.span_floor_s, longest_s), spread)
         return dyn_j + b.queued_j + static
 
@@ -681,7 +730,7 @@ class _Greedy:
     def static_w(self) -> float:
         """The static draw the allocation is forecast to cost now, before the multiplier (W)."""
         b = self.budget
-        nodes = max(math.ceil(sum(self.gpus.values()) / self.p.per_node), b.nodes_on)
+        nodes = max(math.ceil((sum(self.gpus.values()) + self.service_gpus) / self.p.per_node), b.nodes_on)
         return (b.static_w + b.node_static_w * nodes) / (self.p.multiplier or 1.0)
 
     # --- steps ----------------------------------------------------------------------------------------------
