@@ -174,9 +174,8 @@ class PowerFlow(AllocationPolicy):
             None  # _round_budget's last (first not arrived, queued jobs, their work)
         )
         self._least_sums = (0.0, 0.0)  # and its sums
-        self._least_options: tuple[np.ndarray, np.ndarray] | None = (
-            None  # per job at one GPU: dynamic W, rate
-        )
+        # Per job at one GPU (a service at its asked GPUs): dynamic W, rate, GPUs.
+        self._least_options: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._options: dict[tuple[int, int], tuple[list[GpuSetting], np.ndarray, np.ndarray]] = {}
         self._clocks: dict[int, list[GpuSetting]] = {}
         self._top = np.full(n, -1, dtype=np.int64)  # per job, its largest GPU count (-1: not read yet)
@@ -441,22 +440,20 @@ class PowerFlow(AllocationPolicy):
         self, jobs: Sequence[int] | np.ndarray, remaining: Sequence[float] | np.ndarray
     ) -> tuple[float, float]:
         """(least dynamic GPU energy J, least GPU-seconds) of these jobs' remaining work: one GPU each at its
-        energy-optimal clock. The per-job one-GPU options are read once for the whole workload."""
+        energy-optimal clock, a service at its asked GPUs and the default setting (what it draws). The per-job
+        options are read once for the whole workload."""
         if self._least_options is None:
             one = [
                 self._options_at(j, 1) if self.jobs.num_gpu[j] > 0 else None for j in range(len(self.jobs))
             ]
-            self._least_options = (
-                np.array([o[2][0] if o is not None else 0.0 for o in one], dtype=np.float64),
-                np.array([o[1][0] if o is not None else 1.0 for o in one], dtype=np.float64),
-                np.ones(len(self.jobs)),
-            )
-            # A service's least is what it draws: its asked GPUs at the default setting (the options' last).
+            dyn_w = np.array([o[2][0] if o is not None else 0.0 for o in one], dtype=np.float64)
+            rate = np.array([o[1][0] if o is not None else 1.0 for o in one], dtype=np.float64)
+            gpus = np.ones(len(self.jobs))
             for j in np.flatnonzero(self.service & (self.jobs.num_gpu > 0)).tolist():
-                n = int(self.jobs.num_gpu[j])
-                _, rates, dyn = self._options_at(j, n)
-                self._least_options[0][j], self._least_options[1][j] = dyn[-1], rates[-1]
-                self._least_options[2][j] = n
+                gpus[j] = int(self.jobs.num_gpu[j])
+                _, rates, dyn = self._options_at(j, int(gpus[j]))
+                dyn_w[j], rate[j] = dyn[-1], rates[-1]  # the options end at the default setting
+            self._least_options = (dyn_w, rate, gpus)
         if not len(jobs):
             return 0.0, 0.0
         dynamic, gpu_s = self._least_terms(jobs, remaining)
