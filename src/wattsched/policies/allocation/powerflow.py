@@ -41,11 +41,12 @@ import heapq
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from ...core.cluster import MILLI
 from ...core.gpus import gpu_model
 from ...core.jobs import INFERENCE
 from ...core.settings import DEFAULT_SETTING, GpuSetting
@@ -586,8 +587,7 @@ class PowerFlow(AllocationPolicy):
         by_size = lambda js: sorted(js, key=lambda k: (-gpus[k], k))  # noqa: E731
         # Services first, at their asked GPUs and the default setting: they must not wait.
         for j in services.tolist():
-            if plan.place(j, self.placement) is None:
-                plan.place(j, self.replicas)
+            self._place_service(plan, view, j)
         for j in by_size(moved) + by_size(starts):
             if plan.place(j, self.placement, num_gpu=gpus[j], setting=setting[j]) is not None:
                 continue
@@ -617,6 +617,19 @@ class PowerFlow(AllocationPolicy):
             if new is not now.setting and now.setting != new:  # the same object is equal (a field-wise ==)
                 assign[j] = Target(now.placement, now.share_milli, setting[j])
         return plan.decision(running)
+
+    def _place_service(self, plan: Plan, view: ClusterView, job: int) -> None:
+        """A service at its asked GPUs and the default setting: on one node where it fits there (as the placement
+        places any job of that size; its table's rate is then the consolidated one), else by the placement's gang
+        rule (whole nodes), else on free GPUs of as few nodes as possible (its GPUs are independent replicas)."""
+        req = view.request(job)
+        if req.gang and req.num_gpu <= self.per_node:
+            found = self.placement.place(plan.state, replace(req, gang=False))
+            if found is not None:
+                plan.take(job, Target(found, MILLI, DEFAULT_SETTING))
+                return
+        if plan.place(job, self.placement) is None:
+            plan.place(job, self.replicas)
 
 
 class _Greedy:
