@@ -620,8 +620,8 @@ class PowerFlow(AllocationPolicy):
 
     def _place_service(self, plan: Plan, view: ClusterView, job: int) -> None:
         """A service at its asked GPUs and the default setting: on one node where it fits there (as the placement
-        places any job of that size; its table's rate is then the consolidated one), else by the placement's gang
-        rule (whole nodes), else on free GPUs of as few nodes as possible (its GPUs are independent replicas)."""
+        places any job of that size, which keeps whole nodes for wider jobs), else by the placement's gang rule
+        (whole nodes), else on free GPUs of as few nodes as possible (its GPUs are independent replicas)."""
         req = view.request(job)
         if req.gang and req.num_gpu <= self.per_node:
             found = self.placement.place(plan.state, replace(req, gang=False))
