@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import require_real_file
 from wattsched.core.settings import DEFAULT_SETTING, GpuSetting
 from wattsched.energy.dvfs import dvfs_response, power_limit_range
 from wattsched.experiments.config import SimulationConfig
@@ -83,6 +84,9 @@ def test_a_static_limit_above_the_draw_changes_neither_run_time_nor_energy(tmp_p
 
 
 def test_green_clocks_neither_slow_an_input_bound_job_nor_raise_its_energy(tmp_path):
+    require_real_file(
+        "elasticflow-throughputs", "throughputs_A100/bert.csv"
+    )  # green reads the throughput tables
     runs = {
         name: run_simulation(_config(tmp_path, ["gamma"] * 3, allocation=name))
         for name in (
@@ -98,6 +102,9 @@ def test_green_clocks_neither_slow_an_input_bound_job_nor_raise_its_energy(tmp_p
 
 
 def test_green_clocks_still_slow_a_job_the_limit_binds(tmp_path):
+    require_real_file(
+        "elasticflow-throughputs", "throughputs_A100/bert.csv"
+    )  # green reads the throughput tables
     out = run_simulation(
         _config(tmp_path, ["delta"] * 3, allocation="wattsched-green-no-price-shift-no-gpus")
     )
