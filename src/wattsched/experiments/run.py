@@ -127,7 +127,7 @@ def _service_metrics(jobs: JobTable, start: np.ndarray, end: np.ndarray) -> dict
         return {}
     submit, asked = jobs.submit_s[hours], jobs.duration_s[hours]
     late_s = np.fmax(start[hours] - submit, end[hours] - (submit + asked))
-    late_s = np.where(np.isnan(end[hours]), asked, np.clip(np.nan_to_num(late_s, nan=0.0), 0.0, asked))
+    late_s = np.where(np.isnan(end[hours]), asked, np.clip(late_s, 0.0, asked))  # fmax skips a NaN start
     late_s[late_s <= SERVICE_END_TOLERANCE_S] = 0.0
     rate = np.nan_to_num(jobs.request_rate_rps[hours])
     return {

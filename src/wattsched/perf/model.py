@@ -385,24 +385,20 @@ class PerformanceModel:
 
     def _table_rate(self, job: int, code: int, n: int, nodes: int, switches: int) -> float:
         key = self.key[code][job]
-        per_node = self._gpus_per_node.get(code, 1) or 1
-        need_nodes = -(-n // per_node)
-        need_switches = -(-need_nodes // self._nodes_per_switch)
-        consolidated = nodes <= need_nodes and switches <= need_switches
         replicas = bool(self.replicas[job])
-        cache_key = (
-            code,
-            key,
-            float(self.batch[job]),
-            1 if replicas else n,
-            consolidated or replicas,
-            replicas,
-        )
+        if replicas:  # n times one GPU's rate, wherever the GPUs are
+            count, consolidated = 1, True
+        else:
+            per_node = self._gpus_per_node.get(code, 1) or 1
+            need_nodes = -(-n // per_node)
+            need_switches = -(-need_nodes // self._nodes_per_switch)
+            count, consolidated = n, nodes <= need_nodes and switches <= need_switches
+        cache_key = (code, key, float(self.batch[job]), count, consolidated)
         rate = self._rate_cache.get(cache_key)
         if rate is None:
             table = self.sources[code][1][key]
             batch = self.batch[job] if table.batch_sizes[0] > 0 else None
-            rate = table.throughput(1, batch, True) if replicas else table.throughput(n, batch, consolidated)
+            rate = table.throughput(count, batch, consolidated)
             self._rate_cache[cache_key] = rate
         return rate * n if replicas else rate
 
